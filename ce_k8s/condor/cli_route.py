@@ -1,0 +1,281 @@
+"""``ce-k8s route --jobads FILE``: which route takes each pilot, and what the backend gets.
+
+A dry run of the CE's job router with its real semantics (jobrouter-protocol.md §2.2, §4) and,
+past the router, of ce-k8s itself: the translate hook's logic runs in-process, then VanillaToGrid
+and every transform, then the pod builder. What ``condor_job_router_info`` cannot show (it never
+calls hooks and knows nothing of pods, §5) is shown here, from the same config files a CE reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import classad2
+
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.condor.routing import Route, RouterConfig, RouteVerdict
+
+log = logging.getLogger(__name__)
+
+# Shown first for a routed job: what an admin asks about a pilot before reading the whole ad.
+SUMMARY_ATTRS = (
+    "RouteName", "JobUniverse", "GridResource", "RequestCpus", "RequestMemory", "RequestGPUs",
+    "BatchRuntime", "BatchQueue", "WantWholeNode", "K8sNamespace", "K8sImage", "K8sPriorityClass",
+    "K8sNodeSelector", "K8sTolerations", "K8sPodName",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobads", required=True, metavar="FILE",
+                        help="job ads in condor_q -long or -json form; '-' reads stdin")
+    parser.add_argument("--config", metavar="PATH",
+                        help="a condor_config file or a directory of config files "
+                             "(default: the shipped config.d/ and routes/)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list, one object per job")
+
+
+@dataclass
+class JobResult:
+    """Everything reported for one job."""
+
+    job: str
+    route: str | None = None
+    ad: classad2.ClassAd | None = None
+    errors: list[str] = field(default_factory=list)
+    failed: bool = False
+    candidate: list[RouteVerdict] = field(default_factory=list)
+    verdicts: list[RouteVerdict] = field(default_factory=list)
+    is_candidate: bool = True
+    notes: list[str] = field(default_factory=list)
+    pod: dict | None = None
+    secret: dict | None = None
+    pod_error: tuple[str, str] | None = None
+
+
+def load_config(path: str | None) -> tuple[CondorConfig, list[str]]:
+    """The configuration, converted from old route syntax when needed (with a note saying so)."""
+    from ce_k8s.condor.config import CondorConfig
+
+    cfg = CondorConfig.load(path)
+    notes: list[str] = []
+    try:
+        oldsyntax = importlib.import_module("ce_k8s.condor.oldsyntax")
+    except ImportError:
+        return cfg, notes
+    has_old = getattr(oldsyntax, "has_old_syntax", None)
+    convert = getattr(oldsyntax, "converted_config", None)
+    if has_old is not None and convert is not None and has_old(cfg):
+        cfg = convert(cfg)
+        notes.append("the configuration uses the old JOB_ROUTER_ENTRIES route syntax, which HTCondor >= 24.10 "
+                     "ignores; it was converted to JOB_ROUTER_ROUTE_<name> transforms for this run "
+                     "(see 'ce-k8s routes convert')")
+    return cfg, notes
+
+
+def _translator():
+    try:
+        module = importlib.import_module("ce_k8s.hooks.translate")
+    except ImportError:
+        return None
+    return getattr(module, "translate_ad_text", None)
+
+
+def _pod_tools():
+    try:
+        builder = importlib.import_module("ce_k8s.pods.builder")
+        settings = importlib.import_module("ce_k8s.settings")
+        jobad = importlib.import_module("ce_k8s.pods.jobad")
+        errors = importlib.import_module("ce_k8s.pods.errors")
+    except ImportError:
+        return None
+    needed = (getattr(builder, "build_manifests", None), getattr(builder, "redact_secret", None),
+              getattr(settings, "Settings", None), getattr(jobad, "JobAd", None),
+              getattr(errors, "PodBuildError", None))
+    return needed if all(item is not None for item in needed) else None
+
+
+def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, translate, pod_tools,
+              settings, force_route: Route | None = None) -> JobResult:
+    """Route one job exactly as far as the router (and then ce-k8s) would take it.
+
+    ``force_route`` skips selection (``routes check`` builds a trial pod for every route).
+    """
+    from ce_k8s.condor import wire
+    from ce_k8s.condor.routing import job_id, submit_edits
+
+    result = JobResult(job_id(job))
+    if force_route is None:
+        result.is_candidate = router.is_candidate(job)
+        result.verdicts = router.explain(job)
+        if not result.is_candidate:
+            result.candidate = router.candidate_verdicts(job)
+            result.failed = True
+            return result
+    route = force_route or router.choose_route(job)
+    if route is None:
+        result.failed = True
+        return result
+    result.route = route.name
+    translated = None
+    if translate is not None:
+        try:
+            output = translate(route.route_info_line(), wire.sprint_ad(job))
+            if not output.strip():
+                result.errors.append("the translate hook printed nothing (the router would ask again next poll)")
+                result.failed = True
+                return result
+            translated = wire.parse_hook_output(output, "<translate hook output>")
+        except ValueError as exc:
+            result.errors.append(f"translate hook: {exc}")
+            result.failed = True
+            return result
+    else:
+        result.notes.append("ce_k8s.hooks.translate is not available: routed without the translate hook")
+    routed = router.route_job(job, route, translated)
+    result.errors += routed.errors
+    result.failed = routed.failed
+    result.ad = routed.ad
+    if routed.failed:
+        return result
+    submit_edits(routed.ad)
+    if pod_tools is not None and settings is not None:
+        build, redact, _settings_cls, jobad_cls, pod_error = pod_tools
+        try:
+            built = build(jobad_cls(wire.evaluate_ad(routed.ad)), settings)
+            result.pod = built.pod
+            result.secret = redact(built.secret)
+        except pod_error as exc:
+            result.pod_error = (exc.code, exc.message)
+            result.errors.append(f"pod builder: {exc.code}: {exc.message}")
+            result.failed = True
+    return result
+
+
+def _verdict_word(result: bool | None) -> str:
+    return {True: "true", False: "false", None: "undefined"}[result]
+
+
+def _print_text(results: list[JobResult], router: RouterConfig, out) -> None:
+    import yaml
+
+    from ce_k8s.condor import wire
+
+    for index, res in enumerate(results):
+        if index:
+            print("", file=out)
+        if res.route is None:
+            print(f"Job {res.job}: no route", file=out)
+            if not res.is_candidate:
+                print("  not a candidate for routing; the router's job query fails on:", file=out)
+                for verdict in res.candidate:
+                    if verdict.result is not True:
+                        print(f"    {verdict.route}: {verdict.reason}", file=out)
+            for verdict in res.verdicts:
+                print(f"  route {verdict.route}: {_verdict_word(verdict.result)} - {verdict.reason}", file=out)
+            if not res.verdicts:
+                print("  no route is enabled (see 'ce-k8s routes check')", file=out)
+            for error in res.errors:
+                print(f"  error: {error}", file=out)
+            continue
+        print(f"Job {res.job}: route {res.route}", file=out)
+        for note in res.notes:
+            print(f"  note: {note}", file=out)
+        for error in res.errors:
+            print(f"  error: {error}", file=out)
+        if res.ad is None:
+            continue
+        print("  summary:", file=out)
+        for name in SUMMARY_ATTRS:
+            if name in res.ad:
+                print(f"    {name} = {wire.unparse_old(res.ad.lookup(name))}", file=out)
+        print("  routed ad (as the routed job is submitted):", file=out)
+        for line in wire.sprint_ad(res.ad).splitlines():
+            print(f"    {line}", file=out)
+        if res.pod is not None:
+            meta = res.pod.get("metadata", {})
+            print(f"  pod {meta.get('namespace', '?')}/{meta.get('name', '?')}:", file=out)
+            for line in yaml.safe_dump(res.pod, sort_keys=False).splitlines():
+                print(f"    {line}", file=out)
+        if res.secret is not None:
+            print("  secret (data redacted):", file=out)
+            for line in yaml.safe_dump(res.secret, sort_keys=False).splitlines():
+                print(f"    {line}", file=out)
+
+
+def _json_result(res: JobResult) -> dict[str, object]:
+    from ce_k8s.condor import wire
+
+    obj: dict[str, object] = {
+        "job": res.job,
+        "route": res.route,
+        "routed_ad": wire.to_json_dict(res.ad) if res.ad is not None and res.route is not None else {},
+        "errors": list(res.errors),
+    }
+    if res.route is None:
+        obj["explain"] = [
+            {"check": v.route, "result": v.result, "reason": v.reason}
+            for v in ([v for v in res.candidate if v.result is not True] + res.verdicts)
+        ]
+    if res.pod is not None:
+        obj["pod"] = res.pod
+        obj["secret"] = res.secret
+    if res.pod_error is not None:
+        obj["pod_error"] = {"code": res.pod_error[0], "message": res.pod_error[1]}
+    return obj
+
+
+def run(args: argparse.Namespace) -> int:
+    from ce_k8s.condor import wire
+    from ce_k8s.condor.config import ConfigError
+    from ce_k8s.condor.routing import RouterConfig
+
+    try:
+        if args.jobads == "-":
+            text = sys.stdin.read()
+            source = "<stdin>"
+        else:
+            with open(args.jobads, encoding="utf-8") as handle:
+                text = handle.read(wire.MAX_AD_BYTES + 1)
+            source = args.jobads
+        jobs = wire.parse_job_ads(text, source)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"ce-k8s route: cannot read {args.jobads}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"ce-k8s route: {exc}", file=sys.stderr)
+        return 2
+    if not jobs:
+        print(f"ce-k8s route: no job ads in {source}", file=sys.stderr)
+        return 2
+    try:
+        cfg, notes = load_config(args.config)
+    except (ConfigError, OSError) as exc:
+        print(f"ce-k8s route: {exc}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"ce-k8s route: note: {note}", file=sys.stderr)
+    router = RouterConfig.from_config(cfg)
+    for problem in router.errors:
+        print(f"ce-k8s route: config error: {problem}", file=sys.stderr)
+    translate = _translator()
+    pod_tools = _pod_tools()
+    settings = None
+    if pod_tools is not None:
+        try:
+            settings = pod_tools[2].from_config(cfg)
+        except ValueError as exc:
+            print(f"ce-k8s route: CE_K8S_* settings are invalid, pods are not built: {exc}", file=sys.stderr)
+    results = [route_one(job, router, cfg, translate, pod_tools, settings) for job in jobs]
+    if args.json:
+        json.dump([_json_result(r) for r in results], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_text(results, router, sys.stdout)
+    return 1 if any(r.failed for r in results) else 0

@@ -1,0 +1,98 @@
+"""``ce-k8s route`` (issue 2 item 7): text and JSON output, stdin, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ce_k8s.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def test_readme_first_command_shows_route_summary_ad_and_pod(capsys):
+    """The README's first command: route taken, §1.5 values, the routed ad and the pod."""
+    assert main(["route", "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Job 1234567.3: route Pilots\n")
+    for line in ("    RequestCpus = 8", "    RequestMemory = 16000", "    BatchRuntime = 172800",
+                 '    BatchQueue = "cpu"', '    RoutedBy = "htcondor-ce"', '    Managed = "External"'):
+        assert line in out.splitlines(), line
+    assert "  pod pilots/" in out and "priorityClassName: pilot" in out
+    assert "  secret (data redacted):" in out and "<redacted" in out
+    # submit_job drops the secure attributes; the renamed copies survive (§2.2 step 5).
+    assert "    AuthTokenIssuer =" not in out and "    orig_AuthTokenIssuer =" in out
+
+
+def test_routed_ad_is_sorted_in_sprint_ad_form(capsys):
+    main(["route", "--jobads", str(EXAMPLES / "pilot-1core.ad")])
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("  routed ad (as the routed job is submitted):") + 1
+    ad_lines = []
+    for line in lines[start:]:
+        if not line.startswith("    "):
+            break
+        ad_lines.append(line[4:])
+    names = [line.split(" = ")[0] for line in ad_lines]
+    assert names == sorted(names) and "RequestCpus" in names
+
+
+def test_no_route_explains_each_check_and_exits_1(capsys):
+    assert main(["route", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("Job 1234572.0: no route\n")
+    assert "not a candidate for routing" in out and "target.JobStatus == 1 → false" in out
+    assert "  route GPU_Pilots: false - REQUIREMENTS (RequestGPUs ?: 0) > 0 → false" in out
+
+
+def test_json_output_for_several_jobs(capsys):
+    assert main(["route", "--json", "--jobads", str(EXAMPLES / "pilots.json")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(d["job"], d["route"]) for d in data] == [("1234567.3", "Pilots"), ("1234569.0", "GPU_Pilots")]
+    first = data[0]
+    assert first["errors"] == []
+    assert first["routed_ad"]["RequestCpus"] == 8
+    assert first["routed_ad"]["JobMemory"] == "/Expr(RequestMemory)/"
+    assert first["pod"]["kind"] == "Pod" and first["secret"]["kind"] == "Secret"
+    assert all(v.startswith("<redacted") for v in first["secret"]["data"].values())
+
+
+def test_json_no_route_has_null_route_and_exit_1(capsys):
+    assert main(["route", "--json", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["route"] is None and data[0]["routed_ad"] == {}
+    assert any(item["check"] == "built-in" for item in data[0]["explain"])
+
+
+def test_pod_build_error_is_reported_and_exits_1(tmp_path, capsys):
+    conf = tmp_path / "c.conf"
+    conf.write_text('JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true\nJOB_ROUTER_ROUTE_R @=x\n  SET K8sNamespace "Bad_NS"\n'
+                    '  SET K8sImage "img:1"\n@x\nJOB_ROUTER_ROUTE_NAMES = R\n')
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["route"] == "R" and data[0]["pod_error"]["code"]
+    assert any(e.startswith("pod builder: ") for e in data[0]["errors"])
+
+
+def test_stdin_and_bad_input_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO((EXAMPLES / "pilot-gpu.ad").read_text()))
+    assert main(["route", "--jobads", "-"]) == 0
+    assert capsys.readouterr().out.startswith("Job 1234569.0: route GPU_Pilots")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("this is not an ad\n"))
+    assert main(["route", "--jobads", "-"]) == 2
+    assert "<stdin>:1:" in capsys.readouterr().err
+    assert main(["route", "--jobads", "/nonexistent/file.ad"]) == 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["route", "--jobads", "-"]) == 2
+
+
+def test_console_script_runs_as_a_subprocess():
+    exe = Path(sys.executable).with_name("ce-k8s")
+    proc = subprocess.run([str(exe), "route", "--jobads", str(EXAMPLES / "pilot-cms-token.ad")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Job 1234571.1: route CMS_Pilots")
