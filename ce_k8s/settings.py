@@ -1,0 +1,216 @@
+"""The CE's `CE_K8S_*` knobs as one typed, frozen object.
+
+Why knobs and not a separate config file: admins already manage the CE with
+`condor_ce_config_val`/`condor_ce_reconfig` (DESIGN.md decision 9), so ce-k8s reads its settings
+from the same HTCondor configuration. `Settings()` gives the documented defaults (used by tests and
+dry runs); `Settings.from_config(cfg)` reads a `CondorConfig` and reports a bad value with the file
+and line where it was set, so a typo in `/etc/condor-ce/config.d` is found at start-up, not at the
+first pilot. `cfg` is duck-typed (`get(name)` and `origin(name)`); a bad knob raises SettingsError,
+a `ce_k8s.condor.config.ConfigError`, so callers handle both alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ce_k8s.condor.args import ArgsError, parse_submit_env
+from ce_k8s.condor.config import ConfigError
+from ce_k8s.pods.k8svalues import parse_cpu_limit
+
+SECRET_HARD_MAX = 1024 * 1024  # Kubernetes refuses Secrets bigger than 1 MiB
+_TRUE = {"true", "yes", "1", "on", "t", "y"}
+_FALSE = {"false", "no", "0", "off", "f", "n"}
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+class ConfigSource(Protocol):
+    """What Settings needs from `ce_k8s.condor.config.CondorConfig`."""
+
+    def get(self, name: str, default: str | None = None) -> str | None: ...
+    def origin(self, name: str) -> Any: ...
+
+
+class SettingsError(ConfigError, ValueError):
+    """A `CE_K8S_*` knob with an unusable value; a ConfigError whose `str()` is `file:line: KNOB: message`."""
+
+    def __init__(self, knob: str, message: str, file: str = "<config>", line: int = 0) -> None:
+        super().__init__(file, line, f"{knob}: {message}")
+        self.knob = knob
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every site-wide ce-k8s setting, with the default the shipped config documents."""
+
+    namespace: str = "ce-k8s"                 # CE_K8S_NAMESPACE
+    image: str = ""                           # CE_K8S_IMAGE ("" = routes must set K8sImage)
+    image_pull_policy: str = "IfNotPresent"   # CE_K8S_IMAGE_PULL_POLICY
+    ce_name: str = "htcondor-ce"              # CE_K8S_CE_NAME (default: FULL_HOSTNAME, else the host's FQDN)
+    socket: str = "/run/ce-k8s/agent.sock"    # CE_K8S_SOCKET
+    kubeconfig: str = ""                      # CE_K8S_KUBECONFIG ("" = in-cluster, then ~/.kube/config)
+    spool: str = "/var/lib/condor-ce/spool"   # CE_K8S_SPOOL
+    secret_max_bytes: int = SECRET_HARD_MAX   # CE_K8S_SECRET_MAX_BYTES
+    max_attempts: int = 3                     # CE_K8S_MAX_ATTEMPTS
+    pending_timeout: int = 21600              # CE_K8S_PENDING_TIMEOUT (s)
+    image_pull_timeout: int = 300             # CE_K8S_IMAGE_PULL_TIMEOUT (s)
+    qps: float = 20.0                         # CE_K8S_QPS
+    burst: int = 30                           # CE_K8S_BURST
+    create_concurrency: int = 8               # CE_K8S_CREATE_CONCURRENCY
+    gc_grace: int = 600                       # CE_K8S_GC_GRACE (s)
+    hook_timeout: float = 20.0                # CE_K8S_HOOK_TIMEOUT (s)
+    pilot_env: dict[str, str] = field(default_factory=dict)  # CE_K8S_PILOT_ENV (parsed)
+    collector_host: str = ""                  # CE_K8S_COLLECTOR_HOST (default: CONDORCE_COLLECTOR_HOST)
+    default_walltime: int = 4320              # CE_K8S_DEFAULT_WALLTIME (minutes)
+    info_headroom: float = 0.0                # CE_K8S_INFO_HEADROOM (fraction kept free)
+    run_as_user: int = 1000                   # CE_K8S_RUN_AS_USER (non-root uid for pilots)
+    run_as_group: int = 1000                  # CE_K8S_RUN_AS_GROUP (also the pod's fsGroup)
+    gpu_resource: str = "nvidia.com/gpu"      # CE_K8S_GPU_RESOURCE (default of K8sGpuResource)
+    cpu_limit: str = "request"                # CE_K8S_CPU_LIMIT (default of K8sCpuLimit)
+    disable_pilot_ads: bool = False           # DISABLE_PILOT_ADS (the CE's own knob)
+
+    def __hash__(self) -> int:  # pilot_env is a dict; hash the rest so Settings stays usable as a key
+        return hash(tuple(v for f in dataclasses.fields(self) if not isinstance(v := getattr(self, f.name), dict)))
+
+    @classmethod
+    def from_config(cls, cfg: ConfigSource) -> Settings:
+        """Read every knob from `cfg`; an unusable value raises SettingsError naming its file and line."""
+        r = _Reader(cfg)
+        d = cls()
+        ce_name = r.text("CE_K8S_CE_NAME", "") or (cfg.get("FULL_HOSTNAME") or "") or socket.getfqdn() or d.ce_name
+        disable_ads = r.boolean("DISABLE_PILOT_ADS", False)
+        collector = r.text("CE_K8S_COLLECTOR_HOST", "") or (cfg.get("CONDORCE_COLLECTOR_HOST") or "")
+        return cls(
+            namespace=r.dns_label("CE_K8S_NAMESPACE", d.namespace),
+            image=r.text("CE_K8S_IMAGE", d.image),
+            image_pull_policy=r.choice("CE_K8S_IMAGE_PULL_POLICY", d.image_pull_policy, _PULL_POLICIES),
+            ce_name=ce_name,
+            socket=r.text("CE_K8S_SOCKET", d.socket),
+            kubeconfig=r.text("CE_K8S_KUBECONFIG", d.kubeconfig),
+            spool=r.abspath("CE_K8S_SPOOL", d.spool),
+            secret_max_bytes=r.integer("CE_K8S_SECRET_MAX_BYTES", d.secret_max_bytes, 1, SECRET_HARD_MAX),
+            max_attempts=r.integer("CE_K8S_MAX_ATTEMPTS", d.max_attempts, 1, 100),
+            pending_timeout=r.integer("CE_K8S_PENDING_TIMEOUT", d.pending_timeout, 1, 365 * 86400),
+            image_pull_timeout=r.integer("CE_K8S_IMAGE_PULL_TIMEOUT", d.image_pull_timeout, 1, 86400),
+            qps=r.real("CE_K8S_QPS", d.qps, 0.1, 10000.0),
+            burst=r.integer("CE_K8S_BURST", d.burst, 1, 100000),
+            create_concurrency=r.integer("CE_K8S_CREATE_CONCURRENCY", d.create_concurrency, 1, 1000),
+            gc_grace=r.integer("CE_K8S_GC_GRACE", d.gc_grace, 0, 30 * 86400),
+            hook_timeout=r.real("CE_K8S_HOOK_TIMEOUT", d.hook_timeout, 0.1, 3600.0),
+            pilot_env=r.env("CE_K8S_PILOT_ENV"),
+            collector_host="" if disable_ads else collector,
+            default_walltime=r.integer("CE_K8S_DEFAULT_WALLTIME", d.default_walltime, 1, 525600),
+            info_headroom=r.real("CE_K8S_INFO_HEADROOM", d.info_headroom, 0.0, 0.99),
+            run_as_user=r.integer("CE_K8S_RUN_AS_USER", d.run_as_user, 1, 2**31 - 1),
+            run_as_group=r.integer("CE_K8S_RUN_AS_GROUP", d.run_as_group, 1, 2**31 - 1),
+            gpu_resource=r.text("CE_K8S_GPU_RESOURCE", d.gpu_resource),
+            cpu_limit=r.cpu_limit("CE_K8S_CPU_LIMIT", d.cpu_limit),
+            disable_pilot_ads=disable_ads,
+        )
+
+
+class _Reader:
+    """Typed knob access that turns every parse failure into a located SettingsError."""
+
+    def __init__(self, cfg: ConfigSource) -> None:
+        self.cfg = cfg
+
+    def fail(self, knob: str, message: str) -> SettingsError:
+        origin = None
+        try:
+            origin = self.cfg.origin(knob)
+        except Exception:  # an origin is a nicety; never hide the real error behind it
+            origin = None
+        file = getattr(origin, "file", None) or "<config>"
+        line = getattr(origin, "line", None) or 0
+        return SettingsError(knob, message, file, line)
+
+    def raw(self, knob: str) -> str | None:
+        value = self.cfg.get(knob)
+        if value is None:
+            return None
+        value = value.strip()
+        return value or None
+
+    def text(self, knob: str, default: str) -> str:
+        value = self.raw(knob)
+        if value is None:
+            return default
+        if any(not c.isprintable() for c in value):
+            raise self.fail(knob, "contains control characters")
+        return value
+
+    def choice(self, knob: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.text(knob, default)
+        for c in choices:
+            if value.lower() == c.lower():
+                return c
+        raise self.fail(knob, f"{value!r} is not one of {', '.join(choices)}")
+
+    def dns_label(self, knob: str, default: str) -> str:
+        from ce_k8s.pods.names import is_dns_label
+
+        value = self.text(knob, default)
+        if not is_dns_label(value):
+            raise self.fail(knob, f"{value!r} is not a valid namespace name (RFC 1123 label)")
+        return value
+
+    def abspath(self, knob: str, default: str) -> str:
+        value = self.text(knob, default)
+        if not value.startswith("/"):
+            raise self.fail(knob, f"{value!r} must be an absolute path")
+        return value.rstrip("/") or "/"
+
+    def integer(self, knob: str, default: int, low: int, high: int) -> int:
+        value = self.raw(knob)
+        if value is None:
+            return default
+        try:
+            number = int(value, 10)
+        except ValueError:
+            raise self.fail(knob, f"{value!r} is not an integer") from None
+        if not low <= number <= high:
+            raise self.fail(knob, f"{number} is outside {low}..{high}")
+        return number
+
+    def real(self, knob: str, default: float, low: float, high: float) -> float:
+        value = self.raw(knob)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise self.fail(knob, f"{value!r} is not a number") from None
+        if not (math.isfinite(number) and low <= number <= high):
+            raise self.fail(knob, f"{value} is outside {low}..{high}")
+        return number
+
+    def boolean(self, knob: str, default: bool) -> bool:
+        value = self.raw(knob)
+        if value is None:
+            return default
+        if value.lower() in _TRUE:
+            return True
+        if value.lower() in _FALSE:
+            return False
+        raise self.fail(knob, f"{value!r} is not a boolean (true/false)")
+
+    def env(self, knob: str) -> dict[str, str]:
+        value = self.raw(knob)
+        if value is None:
+            return {}
+        try:
+            return parse_submit_env(value)
+        except ArgsError as exc:
+            raise self.fail(knob, f"not a valid environment string: {exc}") from None
+
+    def cpu_limit(self, knob: str, default: str) -> str:
+        value = self.text(knob, default)
+        try:
+            parse_cpu_limit(value)
+        except ValueError:
+            raise self.fail(knob, f"{value!r} must be 'request', 'none' or a factor between 1 and 64") from None
+        return value.strip().lower()
