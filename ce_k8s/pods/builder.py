@@ -34,7 +34,7 @@ from ce_k8s.pods import k8svalues as kv
 from ce_k8s.pods.errors import PodBuildError
 from ce_k8s.pods.jobad import JobAd
 from ce_k8s.pods.names import label_value, pod_name, secret_name
-from ce_k8s.pods.sandbox import SandboxItem, sandbox_plan
+from ce_k8s.pods.sandbox import SandboxItem, job_spool_dir, sandbox_plan
 
 CONTAINER = "pilot"
 LINKS_CONTAINER = "sandbox-links"
@@ -281,6 +281,10 @@ class _Builder:
             )
         except ArgsError as exc:
             raise PodBuildError("bad-environment", str(exc)) from None
+        # The job's environment names files by their CE spool path (e.g. IDTOKENS_FILE), which does
+        # not exist in the pod; the same files are linked into the scratch directory.
+        spool_prefix = job_spool_dir(self.ad, self.s.spool).rstrip("/") + "/"
+        values = {name: value.replace(spool_prefix, SCRATCH_DIR + "/") for name, value in values.items()}
         values.update(self.s.pilot_env)
         route_env = self.ad.get_dict("K8sEnv")
         for name, raw in (route_env or {}).items():
