@@ -462,7 +462,3 @@ def test_attempt_argument_checked(settings):
         build_manifests(routed_pilot(), settings, attempt=-1)
 
 
-def test_iwd_path_in_env_is_left_alone(settings):
-    """Env values that are spool paths (IDTOKENS_FILE in examples/) are passed through unchanged."""
-    env = env_of(build(settings, Environment=f"IDTOKENS_FILE={SPOOL_DIR}/x.idtoken"))
-    assert env["IDTOKENS_FILE"] == f"{SPOOL_DIR}/x.idtoken"
