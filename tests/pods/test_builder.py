@@ -10,7 +10,7 @@ import json
 
 import kubernetes_validate
 import pytest
-from conftest import GJID, SPOOL_DIR, pilot_files, routed_pilot
+from conftest import GJID, pilot_files, routed_pilot
 
 from ce_k8s.pods.builder import (
     SANDBOX_DIR,
