@@ -1,0 +1,661 @@
+"""`ce-k8s info`: the information provider, run by the CE schedd as a schedd cron job.
+
+It prints `Attr = value` lines that the schedd merges into its own ad, which the CE collector
+forwards to the central collectors (htcondor-ce.md §1.8, §3.3). What it prints is computed from
+the cluster, not typed in by an admin: per route that makes pods, an `OSG_ResourceCatalog` pilot
+entry whose shape comes from applying the route to a representative pilot and building the pod
+exactly as the agent would, and whose `MaxPilots` is how many such pods the cluster holds now.
+
+Why each output rule (the schedd side is `CronJobOut::Output` + `ClassAdCronJob::ProcessOutput`):
+* one attribute per line, `ad->Insert(line)`: a value may not span lines, so the catalog is
+  printed on one line (the reader's line buffer is 64 KiB; we warn well before that);
+* a line starting with `-` ends a record; a periodic job's lines are published at exit anyway,
+  so no terminator is printed;
+* the schedd *replaces* our ad with each run's output, and keeps the old one when a run prints
+  nothing; so every run prints at least the health attributes, even when everything failed;
+* the cron ad is published after `SCHEDD_ATTRS`, so it would override the CE's own health
+  expressions (`05-ce-health-defaults.conf`). `IsOK`/`IsWarning`/`IsCritical`/`Status` are
+  therefore printed as expressions that keep the CE's duty-cycle and file-transfer checks and add
+  ours (`K8sInfoStatus`);
+* output is sorted and contains nothing that changes when the cluster does not (the timestamp
+  aside), so an unchanged cluster gives an unchanged ad and quiet factory-config diffs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import socket
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ce_k8s.capacity import (
+    CPU,
+    MEMORY,
+    CapacityModel,
+    PodShape,
+    cores,
+    megabytes,
+)
+from ce_k8s.snapshot import (
+    ClusterSnapshot,
+    SnapshotError,
+    SourceUnavailable,
+    agent_offers_snapshots,
+    load_snapshot_file,
+    ping_agent,
+    snapshot_from_agent,
+    snapshot_from_api,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import classad2
+
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.condor.routing import Route, RouterConfig
+    from ce_k8s.settings import Settings
+
+log = logging.getLogger(__name__)
+
+OK, WARNING, CRITICAL = "OK", "WARNING", "CRITICAL"
+_SEVERITY = {OK: 0, WARNING: 1, CRITICAL: 2}
+MAX_LINE = 64 * 1024 - 1  # CronJobOut's STDOUT_LINEBUF_SIZE
+DEFAULT_BATCH_SYSTEM = "Kubernetes"
+DEFAULT_MAX_AGE = 300
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
+_SAFE_TEXT = re.compile(r"[^\x20-\x7e]")
+_VO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_WORD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")
+
+
+class Expr(str):
+    """Text printed as a ClassAd expression, not as a string literal (health attributes)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Health
+
+
+@dataclass
+class Health:
+    """The provider's own health; the worst problem wins."""
+
+    status: str = OK
+    problems: list[str] = field(default_factory=list)
+
+    def report(self, level: str, message: str) -> None:
+        log.warning("info: %s: %s", level, message) if level != OK else log.info("info: %s", message)
+        self.problems.append(message)
+        if _SEVERITY[level] > _SEVERITY[self.status]:
+            self.status = level
+
+
+# --------------------------------------------------------------------------------------------
+# Per-route catalog settings
+
+
+def route_setting(cfg: CondorConfig, route: Route | None, name: str) -> str | None:
+    """A catalog setting for ``route``: knob, route macro, site knob, in that order.
+
+    ``CE_K8S_INFO_<route>_<NAME>`` lets a site override a packaged route without editing it;
+    a macro ``ce_k8s_info_<name>`` in the route body keeps the setting next to the route;
+    ``CE_K8S_INFO_<NAME>`` is the site default.
+    """
+    if route is not None:
+        value = cfg.get(f"CE_K8S_INFO_{route.name}_{name}")
+        if value is not None and value.strip():
+            return value.strip()
+        macro = route.assignments().get(f"ce_k8s_info_{name}".lower())
+        if macro is not None and macro.strip():
+            return _expand(cfg, macro.strip())
+    value = cfg.get(f"CE_K8S_INFO_{name}")
+    return value.strip() if value is not None and value.strip() else None
+
+
+def _expand(cfg: CondorConfig, text: str) -> str:
+    if "$" not in text:
+        return text
+    from ce_k8s.condor.transform import MacroSet, expand_macros
+
+    try:
+        return expand_macros(text, MacroSet(cfg))
+    except Exception as exc:  # a bad macro in a catalog setting must not kill the whole ad
+        raise ValueError(f"cannot expand {text!r}: {exc}") from None
+
+
+def _bool(text: str | None, default: bool, what: str) -> bool:
+    if text is None:
+        return default
+    word = text.strip().lower()
+    if word in ("true", "yes", "1", "on", "t", "y"):
+        return True
+    if word in ("false", "no", "0", "off", "f", "n"):
+        return False
+    raise ValueError(f"{what} = {text!r} is not a boolean")
+
+
+def _int(text: str | None, default: int | None, what: str, low: int = 0) -> int | None:
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} = {text!r} is not an integer") from None
+    if value < low:
+        raise ValueError(f"{what} = {value} must be at least {low}")
+    return value
+
+
+def _word(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None
+    value = text.strip().strip('"')
+    if not _WORD_RE.match(value):
+        raise ValueError(f"{what} = {text!r} must be a plain word ([A-Za-z0-9_.:/@+-])")
+    return value
+
+
+def _vo_list(text: str | None, what: str) -> list[str] | None:
+    if text is None:
+        return None
+    vos = []
+    for raw in re.split(r"[\s,]+", text.strip()):
+        vo = raw.strip().strip('"').lower()
+        if not vo:
+            continue
+        if vo != "*" and not _VO_RE.match(vo):
+            raise ValueError(f"{what}: {raw!r} is not a VO name")
+        if vo not in vos:
+            vos.append(vo)
+    return sorted(vos)
+
+
+# --------------------------------------------------------------------------------------------
+# Route → pilot shape
+
+
+# What a GlideinWMS pilot looks like when it reaches the router (htcondor-ce.md §6.3), without
+# the request attributes (xcount, maxMemory, maxWallTime), so the route's defaults apply.
+_PROBE_BASE = """\
+MyType = "Job"
+ClusterId = 1
+ProcId = 0
+JobUniverse = 5
+JobStatus = 1
+QDate = 0
+EnteredCurrentStatus = 0
+Owner = "ce-k8s-info"
+User = "ce-k8s-info@probe"
+GlobalJobId = "ce-k8s-info#1.0#0"
+Cmd = "/usr/bin/true"
+TransferExecutable = false
+Arguments = ""
+Iwd = "/"
+Out = "_condor_stdout"
+Err = "_condor_stderr"
+RequestCpus = 1
+RequestDisk = 0
+"""
+_PROBE_GLOBAL_JOB_ID = "ce-k8s-info#1.0#0"
+# Tried in order; the first one the route's REQUIREMENTS accepts is the route's representative
+# pilot, so a GPU route is probed with a GPU pilot and a whole-node route with a whole-node one.
+_PROBE_VARIANTS: tuple[tuple[str, str], ...] = (
+    ("cpu", ""),
+    ("gpu", "RequestGPUs = 1\n"),
+    ("whole-node", "WantWholeNode = true\n"),
+    ("whole-node-gpu", "WantWholeNode = true\nRequestGPUs = 1\n"),
+)
+
+
+def _probe_ads(cfg: CondorConfig, route: Route) -> list[tuple[str, classad2.ClassAd]]:
+    import classad2
+
+    extra = route_setting(cfg, route, "PROBE")
+    if extra is not None:
+        # An admin-supplied representative pilot (old ClassAd syntax, `;` or newline separated).
+        text = _PROBE_BASE + extra.replace(";", "\n") + "\n"
+        return [("configured", classad2.parseOne(text, classad2.ParserType.Old))]
+    return [(name, classad2.parseOne(_PROBE_BASE + more, classad2.ParserType.Old))
+            for name, more in _PROBE_VARIANTS]
+
+
+@dataclass
+class EntrySpec:
+    """Everything about one catalog entry that comes from configuration, not from the cluster."""
+
+    route: str
+    name: str
+    shape: PodShape
+    cpus: int
+    memory_mb: int
+    gpus: int
+    max_wall_time: int
+    whole_node: bool
+    queue: str | None
+    allowed_vos: list[str] | None
+    os: str | None
+    require_singularity: bool
+    send_tests: bool
+    headroom_pilots: int
+    max_pilots_cap: int | None
+    probe: str
+
+
+def _has_k8s_settings(probe: classad2.ClassAd, routed: classad2.ClassAd) -> bool:
+    before = {k.lower() for k in probe.keys()}
+    return any(k.lower().startswith("k8s") and k.lower() not in before for k in routed.keys())
+
+
+def entry_specs(cfg: CondorConfig, router: RouterConfig, settings: Settings, health: Health) -> list[EntrySpec]:
+    """One spec per enabled route whose routed pilot carries ``K8s*`` settings (see ``_has_k8s_settings``)."""
+    from ce_k8s.condor.wire import evaluate_ad
+    from ce_k8s.pods.builder import build_manifests
+    from ce_k8s.pods.errors import PodBuildError
+
+    specs: list[EntrySpec] = []
+    for problem in router.errors:
+        health.report(WARNING, f"route configuration: {problem}")
+    for route in router.routes:
+        try:
+            publish = _bool(route_setting(cfg, route, "PUBLISH"), True, f"CE_K8S_INFO_{route.name}_PUBLISH")
+            if not publish:
+                continue
+            probes = _probe_ads(cfg, route)
+        except Exception as exc:
+            health.report(WARNING, f"route {route.name}: {exc}")
+            continue
+        chosen = next(((n, p) for n, p in probes if route.matches(p)), None)
+        if chosen is None:
+            log.info("route %s: REQUIREMENTS reject every probe pilot; using the %s probe", route.name, probes[0][0])
+            chosen = probes[0]
+        probe_name, probe = chosen
+        routed = router.route_job(probe, route)
+        if routed.failed:
+            health.report(WARNING, f"route {route.name}: routing the probe pilot failed: {'; '.join(routed.errors)}")
+            continue
+        if not _has_k8s_settings(probe, routed.ad):
+            log.info("route %s sets no K8s* attribute; not a Kubernetes route, no catalog entry", route.name)
+            continue
+        values = evaluate_ad(routed.ad)
+        # The translate hook stamps the source job's identity; the probe never went through it.
+        values.setdefault("K8sSourceGlobalJobId", _PROBE_GLOBAL_JOB_ID)
+        try:
+            built = build_manifests(values, settings)
+        except PodBuildError as exc:
+            health.report(WARNING, f"route {route.name}: its pods cannot be built: {exc}")
+            continue
+        shape = PodShape.from_pod(built.pod, settings.namespace)
+        try:
+            specs.append(_spec(cfg, route, shape, values, settings, probe_name))
+        except ValueError as exc:
+            health.report(WARNING, f"route {route.name}: {exc}")
+    names = [s.name for s in specs]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        health.report(WARNING, f"two routes publish the catalog entry name {dup!r}; keeping the first")
+    seen: set[str] = set()
+    unique = []
+    for s in specs:
+        if s.name not in seen:
+            seen.add(s.name)
+            unique.append(s)
+    return unique
+
+
+def _spec(cfg: CondorConfig, route: Route, shape: PodShape, values: Mapping[str, object],
+          settings: Settings, probe_name: str) -> EntrySpec:
+    knob = f"CE_K8S_INFO_{route.name}_"
+    gpu_names = set(_gpu_resources(cfg, settings))
+    gpu_attr = values.get("K8sGpuResource")
+    if isinstance(gpu_attr, str):
+        gpu_names.add(gpu_attr)
+    # The wall time the pod is given (activeDeadlineSeconds, from BatchRuntime) is the limit.
+    minutes = shape.active_deadline // 60 if shape.active_deadline else settings.default_walltime
+    whole = values.get("WantWholeNode") is True
+    queue = _word(route_setting(cfg, route, "QUEUE"), knob + "QUEUE")
+    if queue is None:
+        batch_queue = values.get("BatchQueue")
+        if isinstance(batch_queue, str) and batch_queue.strip():
+            queue = _word(batch_queue, f"route {route.name} BatchQueue")
+    return EntrySpec(
+        route=route.name,
+        name=_word(route_setting(cfg, route, "NAME"), knob + "NAME") or route.name,
+        shape=shape,
+        cpus=max(cores(shape.requests.get(CPU, 0)), 1),
+        memory_mb=megabytes(shape.requests.get(MEMORY, 0)),
+        gpus=sum(v for k, v in shape.requests.items() if k in gpu_names),
+        max_wall_time=minutes,
+        whole_node=whole,
+        queue=queue,
+        allowed_vos=_vo_list(route_setting(cfg, route, "ALLOWED_VOS"), knob + "ALLOWED_VOS"),
+        os=_word(route_setting(cfg, route, "OS"), knob + "OS"),
+        require_singularity=_bool(route_setting(cfg, route, "REQUIRE_SINGULARITY"), True,
+                                  knob + "REQUIRE_SINGULARITY"),
+        send_tests=_bool(route_setting(cfg, route, "SEND_TESTS"), True, knob + "SEND_TESTS"),
+        headroom_pilots=_int(route_setting(cfg, route, "HEADROOM_PILOTS"), 0, knob + "HEADROOM_PILOTS") or 0,
+        max_pilots_cap=min(
+            x for x in (_int(route_setting(cfg, route, "MAX_PILOTS"), None, knob + "MAX_PILOTS"),
+                        route.max_jobs) if x is not None
+        ),
+        probe=probe_name,
+    )
+
+
+def _gpu_resources(cfg: CondorConfig, settings: Settings) -> list[str]:
+    text = cfg.get("CE_K8S_INFO_GPU_RESOURCES")
+    names = [w for w in re.split(r"[\s,]+", text or "") if w] or list(DEFAULT_GPU_RESOURCES)
+    if settings.gpu_resource not in names:
+        names.append(settings.gpu_resource)
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Where the cluster view comes from
+
+
+def load_cluster(args: argparse.Namespace, cfg: CondorConfig, settings: Settings, health: Health,
+                 now: float) -> ClusterSnapshot | None:
+    """The snapshot to advertise from, or None (then health is CRITICAL and nothing is fresh).
+
+    ``--cluster-snapshot``: that file, as is (offline "what would we advertise").
+    ``--kubeconfig``: the API only.
+    Neither: the agent's cache; if the agent cannot give one, the API directly (agent down is a
+    WARNING: capacity is still known, but no pilot can start until the agent is back).
+    """
+    timeout = _float_knob(cfg, "CE_K8S_INFO_API_TIMEOUT", 20.0)
+    max_age = _float_knob(cfg, "CE_K8S_INFO_MAX_AGE", float(DEFAULT_MAX_AGE))
+    if args.cluster_snapshot:
+        try:
+            return load_snapshot_file(args.cluster_snapshot)
+        except SnapshotError as exc:
+            health.report(CRITICAL, f"cluster snapshot unreadable: {exc}")
+            return None
+    if args.kubeconfig:
+        return _from_api(args.kubeconfig, timeout, health, "")
+    sock = settings.socket
+    agent_timeout = _float_knob(cfg, "CE_K8S_INFO_AGENT_TIMEOUT", 5.0)
+    agent_problem = ""
+    try:
+        if agent_offers_snapshots():
+            snap = snapshot_from_agent(sock, agent_timeout)
+            age = now - snap.taken_at if snap.taken_at is not None else 0.0
+            if age <= max_age:
+                return snap
+            agent_problem = f"the agent's cluster view is {age:.0f}s old (limit {max_age:g}s)"
+        else:
+            ping_agent(sock, agent_timeout)
+    except SourceUnavailable as exc:
+        agent_problem = f"agent unreachable: {exc}"
+    if agent_problem:
+        health.report(WARNING, agent_problem)
+    return _from_api(settings.kubeconfig or None, timeout, health, agent_problem)
+
+
+def _from_api(kubeconfig: str | None, timeout: float, health: Health, context: str) -> ClusterSnapshot | None:
+    try:
+        return snapshot_from_api(kubeconfig, timeout=timeout)
+    except SnapshotError as exc:
+        health.report(CRITICAL, f"Kubernetes API unreachable: {exc}")
+        return None
+
+
+def _float_knob(cfg: CondorConfig, name: str, default: float) -> float:
+    text = cfg.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        log.warning("%s = %r is not a number; using %g", name, text, default)
+        return default
+    return value if value > 0 and math.isfinite(value) else default
+
+
+# --------------------------------------------------------------------------------------------
+# The ad
+
+
+def _health_exprs(cfg: CondorConfig) -> dict[str, object]:
+    """The CE's health formula (05-ce-health-defaults.conf) with ours folded in.
+
+    ``K8sInfoStatus`` is this run's verdict; ``K8sInfoStale`` (published by SCHEDD_ATTRS, see
+    config.d/60-ce-k8s-info.conf) turns true at read time when runs stop updating the ad. The
+    CE's load attributes are guarded with ``?: 0`` so a reader that lacks them gets a definite
+    answer instead of UNDEFINED.
+    """
+
+    def threshold(name: str, default: float) -> str:
+        return repr(_float_knob(cfg, name, default))
+
+    dw, dc = threshold("DUTY_CYCLE_WARNING", 0.90), threshold("DUTY_CYCLE_CRITICAL", 0.95)
+    fw, fc = threshold("FILE_XFER_LOAD_WARNING", 1.0), threshold("FILE_XFER_LOAD_CRITICAL", 2.0)
+
+    def load(duty: str, xfer: str) -> str:
+        return (f"(RecentDaemonCoreDutyCycle ?: 0) > {duty} || (FileTransferFileReadLoad_5m ?: 0) > {xfer}"
+                f" || (FileTransferFileWriteLoad_1m ?: 0) > {xfer}")
+
+    return {
+        "IsWarning": Expr('K8sInfoStatus =?= "WARNING" || ' + load(dw, fw)),
+        "IsCritical": Expr('K8sInfoStatus =?= "CRITICAL" || K8sInfoStale =?= true || ' + load(dc, fc)),
+        "IsOK": Expr("!IsWarning && !IsCritical"),
+        "Status": Expr('ifThenElse(IsOK, "OK", ifThenElse(IsCritical, "CRITICAL", '
+                       'ifThenElse(IsWarning, "WARNING", "UNKNOWN")))'),
+    }
+
+
+def grid_resource(cfg: CondorConfig) -> str:
+    """``condor <schedd name or FULL_HOSTNAME> <COLLECTOR_HOST>`` (01-ce-router-defaults.conf)."""
+    fqdn = (cfg.get("FULL_HOSTNAME") or "").strip() or socket.getfqdn()
+    name = (cfg.get("SCHEDD_NAME") or "").strip() or fqdn
+    collector = (cfg.get("COLLECTOR_HOST") or "").strip() or f"{fqdn}:9619"
+    return f"condor {name} {collector}"
+
+
+def _schedd_attrs(cfg: CondorConfig) -> set[str]:
+    return {w.lower() for w in re.split(r"[\s,]+", cfg.get("SCHEDD_ATTRS") or "") if w}
+
+
+def catalog_entry(spec: EntrySpec, max_pilots: int) -> dict[str, object]:
+    """One ``OSG_ResourceCatalog`` pilot entry (htcondor-ce.md §3.2; OSG_autoconf ``get_pilot``).
+
+    ``GPUs`` only when the pilot gets GPUs: OSG_autoconf turns its mere presence into
+    ``Request_GPUs`` and the GPU VO map. ``CPUs``/``Memory`` are left out of whole-node entries,
+    as osg-configure does; ``EstimatedCPUs`` then tells the factory what a node gives.
+    """
+    entry: dict[str, object] = {
+        "Name": spec.name,
+        "IsPilotEntry": True,
+        "MaxPilots": max_pilots,
+        "MaxWallTime": spec.max_wall_time,
+        "WholeNode": spec.whole_node,
+        "RequireSingularity": spec.require_singularity,
+        "SendTests": spec.send_tests,
+        "EstimatedCPUs": spec.cpus,
+    }
+    if not spec.whole_node:
+        entry["CPUs"] = spec.cpus
+        entry["Memory"] = spec.memory_mb
+    if spec.gpus:
+        entry["GPUs"] = spec.gpus
+    if spec.allowed_vos is not None:
+        entry["AllowedVOs"] = list(spec.allowed_vos)
+    if spec.os:
+        entry["OS"] = spec.os
+    if spec.queue:
+        entry["Queue"] = spec.queue
+    return entry
+
+
+def build_ad(cfg: CondorConfig, settings: Settings, specs: list[EntrySpec], snapshot: ClusterSnapshot | None,
+             health: Health, now: float, source: str) -> dict[str, object]:
+    """All attributes of one run, as Python values (``Expr`` for expressions)."""
+    attrs: dict[str, object] = {}
+    batch = _word(cfg.get("CE_K8S_INFO_BATCH_SYSTEM"), "CE_K8S_INFO_BATCH_SYSTEM") or DEFAULT_BATCH_SYSTEM
+    attrs["OSG_BatchSystems"] = batch
+    if "grid_resource" not in _schedd_attrs(cfg):
+        attrs["grid_resource"] = grid_resource(cfg)
+    entries: list[dict[str, object]] = []
+    if snapshot is not None:
+        ce_label = next((s.shape.labels.get("ce-k8s.htcondor.org/ce") for s in specs), None)
+        model = CapacityModel(snapshot, _gpu_resources(cfg, settings), ce_label)
+        totals = model.totals()
+        attrs.update({
+            "K8sCpusTotal": cores(totals.cpu_milli_total),
+            "K8sCpusFree": cores(totals.cpu_milli_free),
+            "K8sMemoryTotalMB": megabytes(totals.memory_total),
+            "K8sMemoryFreeMB": megabytes(totals.memory_free),
+            "K8sGpusTotal": totals.gpus_total,
+            "K8sGpusFree": totals.gpus_free,
+            "K8sNodesTotal": totals.nodes_total,
+            "K8sNodesSchedulable": totals.nodes_schedulable,
+            "K8sPilotsRunning": totals.pilots_running,
+            "K8sPilotsPending": totals.pilots_pending,
+            "K8sInfoUpdated": int(snapshot.taken_at if snapshot.taken_at is not None else now),
+        })
+        for spec in specs:
+            extra = spec.headroom_pilots + _fraction_headroom(model, spec, settings.info_headroom)
+            cap = model.route_capacity(spec.shape, headroom=extra, cap=spec.max_pilots_cap)
+            log.info(
+                "route %s: %d eligible nodes, %d placed, %d fit now, quota room %s, headroom %d -> MaxPilots %d%s",
+                spec.route, cap.eligible_nodes, cap.placed, cap.fit_now,
+                "none" if cap.quota_room is None else cap.quota_room, cap.headroom, cap.max_pilots,
+                f" (excluded: {dict(sorted(cap.exclusions.items()))})" if cap.exclusions else "",
+            )
+            entries.append(catalog_entry(spec, cap.max_pilots))
+    else:
+        # Nothing fresh is known: keep the entries (their shape is configuration, so factory
+        # configs stay stable) but offer nothing, and say why.
+        entries = [catalog_entry(spec, 0) for spec in specs]
+    attrs["OSG_ResourceCatalog"] = sorted(entries, key=lambda e: str(e["Name"]))
+    attrs["K8sInfoSource"] = source
+    attrs["K8sInfoStatus"] = health.status
+    if health.problems:
+        attrs["K8sInfoError"] = _clean("; ".join(health.problems), 1000)
+    attrs.update(_health_exprs(cfg))
+    return attrs
+
+
+def _fraction_headroom(model: CapacityModel, spec: EntrySpec, fraction: float) -> int:
+    """``CE_K8S_INFO_HEADROOM`` (a fraction): pilots an autoscaler could add, relative to the pool.
+
+    The pool is what the route's eligible nodes hold when empty; with fraction 0.25 the route
+    advertises a quarter of that on top of what fits now, so pending pilots make the autoscaler
+    grow the pool. Zero eligible nodes give zero: use ``..._HEADROOM_PILOTS`` to scale from zero.
+    """
+    if fraction <= 0:
+        return 0
+    from ce_k8s.capacity import fits_count, node_admits
+
+    pool = sum(fits_count(n.allocatable, spec.shape.requests)
+               for n in model.snapshot.nodes if node_admits(n, spec.shape) is None)
+    return math.floor(pool * fraction)
+
+
+def _clean(text: str, limit: int = 200) -> str:
+    """Text safe inside an old-syntax string literal: printable ASCII, no quote, no backslash."""
+    text = _SAFE_TEXT.sub("?", " ".join(str(text).split())).replace('"', "'").replace("\\", "/")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+
+
+def unparse(value: object) -> str:
+    """One value in ClassAd syntax; lists and nested ads sorted/ordered deterministically."""
+    if isinstance(value, Expr):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + _clean(value, 10_000) + '"'
+    if isinstance(value, Mapping):
+        inner = "; ".join(f"{k} = {unparse(v)}" for k, v in sorted(value.items(), key=lambda kv: kv[0].lower()))
+        return f"[ {inner} ]" if inner else "[ ]"
+    if isinstance(value, Iterable):
+        items = ", ".join(unparse(v) for v in value)
+        return f"{{ {items} }}" if items else "{ }"
+    raise TypeError(f"cannot print {type(value).__name__} as a ClassAd value")
+
+
+def render(attrs: Mapping[str, object]) -> str:
+    """The schedd cron output: one `Attr = value` line per attribute, sorted case-insensitively."""
+    lines = []
+    for name in sorted(attrs, key=str.lower):
+        line = f"{name} = {unparse(attrs[name])}"
+        if len(line.encode()) > MAX_LINE:
+            log.error("%s is %d bytes: the schedd reads at most %d per line; the value will be cut",
+                      name, len(line.encode()), MAX_LINE)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="PATH",
+                        help="condor_config file or config directory (default: the shipped configuration)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--kubeconfig", metavar="FILE", help="ask the Kubernetes API with this kubeconfig only")
+    src.add_argument("--cluster-snapshot", metavar="FILE",
+                     help="use a 'kubectl get nodes,pods,resourcequotas -A -o json' dump instead of the cluster")
+    parser.add_argument("--now", type=float, metavar="EPOCH", help=argparse.SUPPRESS)
+
+
+def compute(args: argparse.Namespace) -> tuple[str, int]:
+    """(cron output, exit code). Never raises: a failure still yields a CRITICAL ad."""
+    health = Health()
+    now = args.now if getattr(args, "now", None) is not None else time.time()
+    cfg = None
+    try:
+        from ce_k8s.condor.config import CondorConfig, ConfigError
+        from ce_k8s.condor.routing import RouterConfig
+        from ce_k8s.settings import Settings, SettingsError
+
+        try:
+            cfg = CondorConfig.load(args.config)
+            settings = Settings.from_config(cfg)
+            router = RouterConfig.from_config(cfg)
+        except (ConfigError, SettingsError, OSError) as exc:
+            health.report(CRITICAL, f"configuration: {exc}")
+            return render(_minimal(health, cfg)), 1
+        specs = entry_specs(cfg, router, settings, health)
+        source = "file" if args.cluster_snapshot else "api" if args.kubeconfig else "agent"
+        snapshot = load_cluster(args, cfg, settings, health, now)
+        if snapshot is not None:
+            source = snapshot.source.split(" ", 1)[0] if not args.cluster_snapshot else "file"
+        return render(build_ad(cfg, settings, specs, snapshot, health, now, source)), 0
+    except Exception as exc:  # last resort: never leave the previous (now stale) ad in place
+        log.exception("info: unexpected failure")
+        health.report(CRITICAL, f"internal error: {type(exc).__name__}: {exc}")
+        return render(_minimal(health, cfg)), 1
+
+
+def _minimal(health: Health, cfg: CondorConfig | None) -> dict[str, object]:
+    attrs: dict[str, object] = {
+        "K8sInfoStatus": health.status,
+        "K8sInfoError": _clean("; ".join(health.problems), 1000),
+        "OSG_ResourceCatalog": [],
+    }
+    if cfg is not None:
+        attrs.update(_health_exprs(cfg))
+    else:
+        attrs.update({"IsOK": False, "IsWarning": False, "IsCritical": True, "Status": CRITICAL})
+    return attrs
+
+
+def run(args: argparse.Namespace) -> int:
+    text, code = compute(args)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return code
