@@ -46,7 +46,7 @@ class SettingsError(ConfigError, ValueError):
 class Settings:
     """Every site-wide ce-k8s setting, with the default the shipped config documents."""
 
-    namespace: str = "ce-k8s"                 # CE_K8S_NAMESPACE
+    namespace: str = "ce-k8s-pilots"          # CE_K8S_NAMESPACE
     image: str = ""                           # CE_K8S_IMAGE ("" = routes must set K8sImage)
     image_pull_policy: str = "IfNotPresent"   # CE_K8S_IMAGE_PULL_POLICY
     ce_name: str = "htcondor-ce"              # CE_K8S_CE_NAME (default: FULL_HOSTNAME, else the host's FQDN)

@@ -22,7 +22,7 @@ def test_readme_first_command_shows_route_summary_ad_and_pod(capsys):
     for line in ("    RequestCpus = 8", "    RequestMemory = 16000", "    BatchRuntime = 172800",
                  '    BatchQueue = "cpu"', '    RoutedBy = "htcondor-ce"', '    Managed = "External"'):
         assert line in out.splitlines(), line
-    assert "  pod pilots/" in out and "priorityClassName: pilot" in out
+    assert "  pod ce-k8s-pilots/" in out and "priorityClassName: ce-k8s-pilot" in out
     assert "  secret (data redacted):" in out and "<redacted" in out
     # submit_job drops the secure attributes; the renamed copies survive (§2.2 step 5).
     assert "    AuthTokenIssuer =" not in out and "    orig_AuthTokenIssuer =" in out

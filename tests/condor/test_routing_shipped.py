@@ -68,7 +68,7 @@ def test_cpu8_pilot_section_1_5(shipped):
     assert wire.unparse_old(ad.lookup("JobIsRunning")) == "(JobStatus =!= 1) && (JobStatus =!= 5)"
     assert (ad.eval("RouteName"), ad.eval("RoutedBy"), ad.eval("RoutedFromJobId")) == ("Pilots", "htcondor-ce",
                                                                                          "1234567.3")
-    assert ad.eval("K8sNamespace") == "pilots" and ad.eval("K8sPriorityClass") == "pilot"
+    assert "K8sNamespace" not in ad and ad.eval("K8sPriorityClass") == "ce-k8s-pilot"  # CE_K8S_NAMESPACE applies
 
 
 def test_single_core_pilot_gets_the_ce_defaults_section_1_5(shipped):
@@ -117,7 +117,7 @@ def test_whole_node_pilot_section_1_5(shipped):
 def test_cms_token_pilot_takes_the_vo_route(shipped):
     name, ad = routed(shipped, "cms-token")
     assert name == "CMS_Pilots"
-    assert ad.eval("K8sNamespace") == "pilots-cms"
+    assert wire.evaluate_ad(ad)["K8sLabels"] == {"vo": "cms"}
     assert ad.eval("BatchRuntime") == 60 * 2880  # the route's default_maxWallTime
     assert wire.evaluate_ad(ad)["K8sAnnotations"] == {
         "ce-k8s.htcondor.org/token-issuer": "https://cms-auth.web.cern.ch/"}

@@ -10,7 +10,7 @@ import json
 
 import kubernetes_validate
 import pytest
-from conftest import GJID, pilot_files, routed_pilot
+from podads import GJID, pilot_files, routed_pilot
 
 from ce_k8s.pods.builder import (
     SANDBOX_DIR,
@@ -62,7 +62,7 @@ def test_glideinwms_pilot_pod(settings):
     built = build(settings, pilot_files())
     pod = built.pod
     assert built.name == pod["metadata"]["name"] == pod_name(GJID, 0)
-    assert built.namespace == pod["metadata"]["namespace"] == "ce-k8s"
+    assert built.namespace == pod["metadata"]["namespace"] == "ce-k8s-pilots"
     assert pod["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "ce-k8s",
         "ce-k8s.htcondor.org/ce": "ce.example.edu",

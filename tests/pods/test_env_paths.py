@@ -6,7 +6,7 @@ the file is linked into the scratch directory instead.
 
 from __future__ import annotations
 
-from conftest import SPOOL_DIR, routed_pilot
+from podads import SPOOL_DIR, routed_pilot
 
 from ce_k8s.pods.builder import SCRATCH_DIR, build_manifests
 from ce_k8s.pods.jobad import JobAd

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import kubernetes_validate
-from conftest import SPOOL, pilot_files, routed_pilot
+from podads import SPOOL, pilot_files, routed_pilot
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SPOOL, SPOOL_DIR, routed_pilot
+from podads import SPOOL, SPOOL_DIR, routed_pilot
 
 from ce_k8s.pods.errors import PodBuildError
 from ce_k8s.pods.jobad import JobAd
