@@ -1,0 +1,91 @@
+"""End to end: factory pilots through the router emulator, the real hooks and agent, the API emulator.
+
+Everything between the two emulated boundaries is shipped code (ce_k8s.sim.router_testbed). These
+tests check the "Done when" list of issue 5: a pilot completes with its exit code and returned
+stdout/stderr; a pilot removed by the factory loses its pod and Secret; failures land in their
+documented hold (docs/holds.md); faults (429/500/applied-then-timeout, cut watches, agent SIGKILL
+and restart, evictions) cost no duplicate pod, no lost pilot and no leaked Secret.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ce_k8s.holds import HOLDS
+from ce_k8s.sim.pilots import make_pilot
+from ce_k8s.sim.router_testbed import TestBed
+
+pytestmark = pytest.mark.slow
+
+FAST = {"time_scale": 0.02, "max_running_hooks": 16}
+
+
+def _wait(bed: TestBed, predicate, timeout: float = 40.0, poll: float = 0.3) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        bed.tick(poll)
+        if predicate():
+            return True
+    return False
+
+
+def test_pilot_completes_with_exit_code_and_returned_output():
+    """§2.3/§2.4: completion mirrored to the source job with ExitCode; finalize fills Out/Err."""
+    with TestBed(**FAST) as bed:
+        pilots = [make_pilot(0, "cpu8", run_s=5), make_pilot(1, "cpu1", run_s=5, exit_code=3)]
+        bed.submit(pilots)
+        assert bed.run(timeout=60, poll_interval=0.3)
+        done = list(bed.outcomes.values())
+        assert [o.status for o in done] == ["completed", "completed"]
+        assert [o.exit_code for o in done] == [0, 3]
+        # The pod log API merges the container's streams, so both lines come back in Out.
+        assert b"glidein 0 starting" in done[0].stdout and b"glidein 0 stderr" in done[0].stdout + done[0].stderr
+        assert b"glidein 1 ran" in done[1].stdout
+        bed.drain(timeout=30, poll_interval=0.3)
+        assert bed.pods_left() == 0 and bed.secrets_left() == 0
+        assert bed.tracker.duplicate_pods == 0
+
+
+def test_factory_condor_rm_deletes_pod_and_secret():
+    """§3.1: source removed -> routed job removed -> cleanup hook deletes the pod and Secret."""
+    with TestBed(**FAST) as bed:
+        (job,) = bed.submit([make_pilot(0, "cpu8", run_s=10_000)])
+        assert _wait(bed, lambda: bed.schedd.get(job).eval("JobStatus") == 2), "pilot never ran"
+        assert bed.pods_left() == 1 and bed.secrets_left() == 1
+        bed.router.condor_rm(job)
+        assert _wait(bed, lambda: bed.pods_left() == 0 and bed.secrets_left() == 0, timeout=30)
+        assert bed.schedd.get(job) is None, "the removed source job left the queue once yielded"
+
+
+@pytest.mark.parametrize(("scenario", "code"), [("oom-after=1s", "oom-killed"),
+                                                ("image-pull-error", "image-pull-failed")])
+def test_pod_failures_land_in_their_documented_hold(scenario, code):
+    """docs/holds.md: OOM and image pull failures hold the pilot with the table's stable codes."""
+    with TestBed(extra_config="CE_K8S_IMAGE_PULL_TIMEOUT = 2", **FAST) as bed:
+        pilot = make_pilot(0, "cpu8", run_s=5)
+        pilot.ad["DemoScenario"] = scenario
+        (job,) = bed.submit([pilot])
+        bed.run(timeout=60, poll_interval=0.3)
+        assert bed.outcomes[job].status == "held"
+        hold = HOLDS[code]
+        got_code, got_sub, _reason = bed.holds[job]
+        assert (got_code, got_sub) == (hold.code, hold.subcode)
+
+
+def test_faults_cost_no_duplicate_no_lost_pilot_no_leak():
+    """Issue 5 "Done when": API errors, applied-then-timeout creates, cut watches, agent SIGKILLs
+    and evictions: zero duplicate pods, zero lost pilots, zero leaked pods and Secrets."""
+    with TestBed(fault_rate=0.1, watch_cut_rate=0.05, seed=7, **FAST) as bed:
+        bed.submit(bed.make_pilots(12, evict_fraction=0.25, run_s=8, fail_fraction=0.0))
+        assert bed.run(timeout=120, poll_interval=0.3, restart_agent=True)
+        bed.drain(timeout=40, poll_interval=0.3)
+        summary = bed.summary()
+        assert summary["completed"] == 12, summary
+        assert summary["lost"] == 0 and summary["held"] == 0, summary
+        assert summary["duplicate_pods"] == 0, summary
+        assert summary["pods_left"] == 0 and summary["secrets_left"] == 0, summary
+        assert summary["agent_restarts"] >= 1
+        assert len(bed.evicted) >= 1, "some first pods were evicted and replaced by a new attempt"
+        assert sum(summary["faults_injected"].values()) > 0
