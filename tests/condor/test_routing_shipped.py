@@ -152,3 +152,13 @@ def test_json_example_routes_like_the_old_form():
     data = (EXAMPLES / "pilots.json").read_text()
     ads = wire.parse_job_ads(data, "pilots.json")
     assert [wire.sprint_ad(a) for a in ads] == [wire.sprint_ad(pilot("cpu8")), wire.sprint_ad(pilot("gpu"))]
+
+
+@pytest.mark.parametrize("name, own_route", [("wholenode", "WholeNode_Pilots"), ("gpu", "GPU_Pilots")])
+def test_special_pilot_waits_when_its_route_is_full_section_4_4(shipped, name, own_route):
+    """§4.4: a route that is not accepting is skipped and the next match wins; the catch-all must
+    not be that match for GPU or whole-node pilots, or they would get a pod of the wrong shape."""
+    job = pilot(name)
+    assert shipped.choose_route(job).name == own_route
+    assert shipped.choose_route(job, accepting=lambda route: route.name != own_route) is None
+    assert shipped.choose_route(pilot("cpu8"), accepting=lambda route: route.name != own_route).name == "Pilots"
