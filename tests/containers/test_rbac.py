@@ -33,7 +33,9 @@ SA = ("ce-k8s-system", "ce-k8s-agent")
 PILOTS = "ce-k8s-pilots"
 #: What the scan covers: every module that talks to the API with the agent's credentials.
 SCANNED = ["ce_k8s"]
-EXCLUDED = ("ce_k8s/sim/",)
+# ops/nodes.py runs from the Slurm controller with its own identity (containers/slurm/rbac.yaml),
+# checked by tests/ops/test_slurm.py; granting node patch and evictions to the agent would be wrong.
+EXCLUDED = ("ce_k8s/sim/", "ce_k8s/ops/nodes.py")
 
 SERIALIZE_DEF = re.compile(r"def _(\w+)_serialize\(")
 REQUEST = re.compile(r"method='(\w+)',\s*resource_path='([^']+)'")
