@@ -92,6 +92,40 @@ def _check_size(text: str, source: str) -> None:
         raise AdParseError(f"input of {len(text)} bytes exceeds the {MAX_AD_BYTES}-byte limit", 0, "", source)
 
 
+# classad2 unparses and frees a chain like `1+1+...` recursively in C++: 10,000 operators overflow
+# a 2 MiB thread stack and kill the whole process (a segfault, not an exception; issue 9). No real
+# job expression has more than a few dozen operators, so one line holding more is refused first.
+MAX_EXPR_OPERATORS = 1000
+# String literals are skipped (`\` + any character taken as a pair: where that differs from the
+# old parser it can only end a literal earlier, i.e. count more, never hide an operator).
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"?')
+_OPERATOR = re.compile(r"[-+*/%&|^<>=!?:.,]|\b(?:is|isnt)\b", re.IGNORECASE)
+
+
+def _check_expression(expr: str, line_no: int, line: str, source: str) -> None:
+    """Refuse an expression with more operators than MAX_EXPR_OPERATORS (see above)."""
+    if len(expr) < MAX_EXPR_OPERATORS:
+        return
+    count = len(_OPERATOR.findall(_STRING_LITERAL.sub("", expr)))
+    if count > MAX_EXPR_OPERATORS:
+        raise AdParseError(f"expression has {count} operators (at most {MAX_EXPR_OPERATORS} are accepted)",
+                           line_no, line[:80], source)
+
+
+def _json_expressions(value: object) -> Iterable[str]:
+    """Every `/Expr(...)/` string inside a decoded JSON value (iterative: no recursion limit)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if item.startswith("/Expr("):
+                yield item
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+
+
 def _parse_rhs(rhs: str) -> object | None:
     """Parse a right-hand side with the old-ClassAd parser; None when it does not parse.
 
@@ -118,6 +152,9 @@ def _insert_line(ad: classad2.ClassAd, line: str) -> str | None:
         return "no attribute name before '='"
     if name[0] == "'":
         return "quoted attribute names are refused"
+    if not (name.isascii() and name.isprintable()):
+        # classad2 raises ValueError/UnicodeEncodeError on NUL or undecodable bytes in a name
+        return "attribute name is not printable ASCII"
     rhs = stripped[pos + 1 :].lstrip(" ")
     expr = _parse_rhs(rhs)
     if expr is None:
@@ -133,6 +170,7 @@ def parse_hook_output(text: str, source: str = "<hook stdout>") -> classad2.Clas
     for no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
+        _check_expression(line, no, line, source)
         error = _insert_line(ad, line)
         if error:
             raise HookOutputError(error, no, line, source)
@@ -152,7 +190,7 @@ def _parse_block(lines: list[tuple[int, str]], source: str) -> classad2.ClassAd:
     """Parse one ad; fast whole-block parse first, line by line only to locate an error."""
     body = [(no, line) for no, line in lines if not line.lstrip().startswith("#")]
     names = [_line_name(line) for _, line in body]
-    if all(names):
+    if all(n and n.isascii() and n.isprintable() for n in names):
         try:
             ad = classad2.parseOne("\n".join(line for _, line in body), classad2.ParserType.Old)
         except (ValueError, classad2.ClassAdException):
@@ -175,6 +213,7 @@ def parse_old_ads(text: str, source: str = "<input>") -> list[classad2.ClassAd]:
     ads: list[classad2.ClassAd] = []
     block: list[tuple[int, str]] = []
     for no, line in enumerate(text.split("\n"), start=1):
+        _check_expression(line, no, line, source)
         if _SEPARATOR.match(line):
             if block:
                 ads.append(_parse_block(block, source))
@@ -193,12 +232,21 @@ def parse_json_ads(text: str, source: str = "<input>") -> list[classad2.ClassAd]
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise AdParseError(f"not valid JSON: {exc.msg}", exc.lineno, "", source) from None
+    except RecursionError:
+        raise AdParseError("JSON nested too deeply", 0, "", source) from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
         raise AdParseError("JSON job ads must be an object or a list of objects", 0, "", source)
     ads = []
     for index, item in enumerate(data):
+        # classad2's JSON reader crashes (KeyError, SystemError) on some non-ASCII or control
+        # characters in names; no HTCondor attribute name has one.
+        bad = next((k for k in item if not k.isascii() or not k.isprintable()), None)
+        if bad is not None:
+            raise AdParseError(f"ad #{index + 1}: attribute name {bad[:40]!r} is not printable ASCII", 0, "", source)
+        for expr in _json_expressions(item):
+            _check_expression(expr, 0, expr, source)
         # classad2 recognises expressions only in the escaped "\/Expr(...)\/" spelling.
         encoded = json.dumps(item).replace("/", "\\/")
         try:
