@@ -1,0 +1,90 @@
+"""Cheap reading and writing of old-syntax ClassAd lines on the agent's hot path.
+
+Why not classad2 here: a full parse of a 150-attribute routed ad costs about a millisecond, and
+the update path must answer in well under 500 µs at 20,000 pods. After the first sight of a job,
+the agent only needs a dozen attribute values, so it scans the sPrintAd lines
+(`Name = value`, jobrouter-protocol.md §2.2) for those names and leaves everything else alone.
+
+Output lines follow the router's stdout rules (§2.1, §8): `Name = value`, strings in double
+quotes with `"` escaped as `\\"`, no raw newlines. In the old ClassAd syntax the router parses,
+a backslash is not an escape character (checked against classad2's old parser), so backslashes
+in free text are replaced by `/` rather than risk a value ending in `\\"`.
+"""
+
+from __future__ import annotations
+
+# Everything the update path reads or may rewrite (lower-case).
+WANTED = frozenset({
+    "owner", "clusterid", "procid", "globaljobid", "routedfromjobid",
+    "k8spodname", "k8sattempt", "k8ssourceglobaljobid", "k8smaxattempts", "k8spendingtimeout",
+    "jobstatus", "gridjobstatus", "gridjobid", "k8spodphase", "k8spodreason", "k8spoduid",
+    "k8spodnamespace", "k8snodename", "remotehost", "jobcurrentstartdate", "jobstartdate",
+    "numjobstarts", "exitcode", "completiondate", "remotewallclocktime", "jobfinishedhookdone",
+    "holdreason", "holdreasoncode", "holdreasonsubcode",
+})
+
+MAX_STRING = 1024
+
+
+def scan(text: str, wanted: frozenset[str] = WANTED) -> dict[str, str]:
+    """Raw right-hand sides of the wanted attributes, keyed by lower-case name (last one wins)."""
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        i = line.find(" = ")
+        if i > 0:
+            key = line[:i].strip().lower()
+            if key in wanted:
+                found[key] = line[i + 3:].strip()
+    return found
+
+
+def unquote(raw: str | None) -> str | None:
+    """A string literal's value (only `\\"` is an escape in old syntax), None if not a literal."""
+    if raw is None or len(raw) < 2 or raw[0] != '"' or raw[-1] != '"':
+        return None
+    return raw[1:-1].replace('\\"', '"')
+
+
+def as_int(raw: str | None) -> int | None:
+    """An integer literal's value, None for anything else (expressions are not evaluated here)."""
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def quote(text: str) -> str:
+    """A machine-safe old-syntax string literal: one line, `"` escaped, no backslashes."""
+    clean = "".join(c if c.isprintable() else " " for c in text).replace("\\", "/")
+    if len(clean) > MAX_STRING:
+        clean = clean[: MAX_STRING - 3] + "..."
+    return '"' + clean.replace('"', '\\"') + '"'
+
+
+def render(value: object) -> str:
+    """One value as the router's old-syntax parser expects it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if value is None:
+        return "undefined"
+    return quote(str(value))
+
+
+def changed_lines(desired: dict[str, object], current: dict[str, str]) -> str:
+    """`Name = value` lines for the desired attributes whose rendering differs from the ad's.
+
+    The routed ad the hook receives lags one poll (§2.3), so a value printed last cycle may be
+    printed once more; that is harmless. Nothing is printed when nothing changed.
+    """
+    out = []
+    for name, value in desired.items():
+        text = render(value)
+        if current.get(name.lower()) != text:
+            out.append(f"{name} = {text}\n")
+    return "".join(out)

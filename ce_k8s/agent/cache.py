@@ -1,0 +1,237 @@
+"""One LIST+WATCH of our pods, kept as compact summaries (DESIGN decision 3).
+
+The watch resumes from the last resourceVersion it saw (events or bookmarks) when the stream
+ends or breaks, and relists only when the server says the version is too old (410 Gone), which
+is what client-go's reflector does. Pods the watch sees deleted are remembered as "gone" with
+their final state, so the status mapping can tell an eviction from a deletion.
+
+The raw JSON is parsed with `json` and summarised immediately (`PodInfo`): the kubernetes
+client's model deserialisation costs ~0.1 ms per pod (testbed-measurements.md §1.3) and full
+objects would not fit the memory budget at 20,000 pods.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from ce_k8s.agent.podinfo import PodInfo
+from ce_k8s.agent.ratelimit import backoff
+
+log = logging.getLogger(__name__)
+
+LIST_PAGE = 500
+
+
+class GoneError(Exception):
+    """The server no longer has the resourceVersion we asked for (HTTP 410)."""
+
+
+class PodCache:
+    """Thread-safe view of our pods by name, fed by a background LIST+WATCH thread."""
+
+    def __init__(self, core_api, label_selector: str, *, watch_timeout: int = 300,
+                 request_timeout: float = 30.0) -> None:
+        self.api = core_api
+        self.selector = label_selector
+        self.watch_timeout = watch_timeout
+        self.request_timeout = request_timeout
+        self.pods: dict[str, PodInfo] = {}
+        self.gone: dict[str, tuple[PodInfo, float]] = {}
+        self.resource_version: str | None = None
+        self.ready = threading.Event()
+        self.lists = 0          # how many full LISTs were done (tests and metrics)
+        self.watches = 0        # how many WATCH requests were opened
+        self.listeners: list = []   # callables(name) run after every change, on the watch thread
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._resp = None
+        self._lock = threading.Lock()
+
+    # -- reading (any thread) ----------------------------------------------------------------------
+
+    def get(self, name: str) -> PodInfo | None:
+        return self.pods.get(name)
+
+    def get_gone(self, name: str) -> PodInfo | None:
+        entry = self.gone.get(name)
+        return entry[0] if entry else None
+
+    def forget_gone(self, older_than: float) -> None:
+        """Drop tombstones recorded before `older_than` (time.time())."""
+        with self._lock:
+            for name in [n for n, (_, t) in self.gone.items() if t < older_than]:
+                del self.gone[name]
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ce-k8s-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.close()
+            except Exception:  # noqa: S110 - closing a dead connection may fail; we are stopping anyway
+                pass
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self.relist()
+                self.watch_once()
+                failures = 0
+            except GoneError:
+                log.info("watch: resourceVersion %s expired (410); relisting", self.resource_version)
+                self.resource_version = None
+            except Exception as exc:  # network errors, 5xx, timeouts: resume from the last version
+                if self._stop.is_set():
+                    break
+                failures += 1
+                delay = backoff(failures, base=0.2, cap=10.0)
+                log.warning("watch: %s; retrying in %.1fs from resourceVersion %s", _short(exc), delay,
+                            self.resource_version)
+                self._stop.wait(delay)
+
+    # -- LIST --------------------------------------------------------------------------------------
+
+    def relist(self) -> None:
+        """Replace the cache with a fresh LIST (paged)."""
+        items: list[dict] = []
+        cont = None
+        while True:
+            kwargs = {"label_selector": self.selector, "limit": LIST_PAGE, "_preload_content": False,
+                      "_request_timeout": self.request_timeout}
+            if cont:
+                kwargs["_continue"] = cont
+            try:
+                resp = self.api.list_pod_for_all_namespaces(**kwargs)
+            except ApiException as exc:
+                if exc.status == 410 and cont:
+                    items, cont = [], None   # the continue token expired: start over
+                    continue
+                raise
+            body = json.loads(resp.data)
+            items.extend(body.get("items") or ())
+            meta = body.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                rv = meta.get("resourceVersion") or ""
+                break
+        fresh = {}
+        for item in items:
+            info = PodInfo.from_dict(item)
+            if info.name:
+                fresh[info.name] = info
+        with self._lock:
+            # Pods that vanished between two LISTs get no tombstone: their last state here may
+            # predate an eviction we never saw, so their fate is unknown (status.py handles that).
+            for name in fresh:
+                self.gone.pop(name, None)
+            self.pods = fresh
+            self.resource_version = rv
+        self.lists += 1
+        self.ready.set()
+        log.info("listed %d pods at resourceVersion %s", len(fresh), rv)
+        for listener in self.listeners:
+            listener(None)
+
+    # -- WATCH -------------------------------------------------------------------------------------
+
+    def watch_once(self) -> None:
+        """One WATCH request from `resource_version`, until the server or `stop` ends it."""
+        try:
+            resp = self.api.list_pod_for_all_namespaces(
+                label_selector=self.selector, watch=True, resource_version=self.resource_version,
+                allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout, _preload_content=False,
+                _request_timeout=(self.request_timeout, self.watch_timeout + self.request_timeout))
+        except ApiException as exc:
+            if exc.status == 410:
+                raise GoneError() from exc
+            raise
+        self.watches += 1
+        self._resp = resp
+        try:
+            buf = b""
+            for chunk in resp.stream(amt=None, decode_content=False):
+                if self._stop.is_set():
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        self._apply(json.loads(line))
+            if buf.strip():
+                self._apply(json.loads(buf))
+        finally:
+            self._resp = None
+            try:
+                resp.release_conn()
+            except Exception:  # noqa: S110 - best effort
+                pass
+
+    def _apply(self, event: dict) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise GoneError()
+            raise RuntimeError(f"watch error event: {obj.get('message') or obj}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            return
+        info = PodInfo.from_dict(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self.pods.pop(info.name, None)
+                self.gone[info.name] = (info, time.time())
+            elif kind in ("ADDED", "MODIFIED"):
+                self.pods[info.name] = info
+                self.gone.pop(info.name, None)
+            if rv:
+                self.resource_version = rv
+        for listener in self.listeners:
+            listener(info.name)
+
+    # -- direct updates from our own API calls -----------------------------------------------------
+
+    def observe(self, pod: dict) -> None:
+        """Record a pod our own create/read returned, unless the watch already has a newer one.
+
+        Why: the reply to the next update hook should not depend on how fast the watch event
+        arrives. Versions are compared as integers when both are numeric (etcd revisions);
+        otherwise the watch's copy wins.
+        """
+        info = PodInfo.from_dict(pod)
+        if not info.name:
+            return
+        with self._lock:
+            cur = self.pods.get(info.name)
+            if cur is None or _newer(info.resource_version, cur.resource_version):
+                self.pods[info.name] = info
+                self.gone.pop(info.name, None)
+
+
+def _newer(a: str, b: str) -> bool:
+    if a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return False
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 300 else text[:297] + "..."

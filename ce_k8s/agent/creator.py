@@ -1,0 +1,263 @@
+"""Create the pod and its Secret for a routed job: exactly once, within the API budget.
+
+Order: **pod first, then the Secret with an ownerReference to the pod's uid.** Why: a Secret
+holds the pilot's credentials and must never outlive its pod; with the owner set at creation,
+Kubernetes' garbage collector deletes it with the pod in every failure case (agent crash, pod
+deleted out of band). The price is that the pod may briefly wait for its Secret volume
+(`ContainerCreating`, or `CreateContainerConfigError` if something reads it early); the status
+mapping gives that a grace period, and after a restart the agent re-ensures the Secret of pods
+that still wait. The alternative (Secret first, owner patched in later) leaves an ownerless Secret
+behind whenever the agent dies between the two calls.
+
+Exactly one pod per attempt (DESIGN decision 5): the name comes from the routed ad, so a retry
+after a timeout (the server may have created the pod anyway) gets 409 AlreadyExists and adopts
+the pod, but only if its annotations name the same source job and owner.
+
+Failures: quota (403 "exceeded quota"), 429, 5xx and network errors are temporary (the job
+stays idle and the next update hook call retries after a back-off); other 4xx are the cluster
+refusing the pod (admission webhooks, policy, invalid spec) and hold the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import queue
+import threading
+import time
+
+from kubernetes.client.exceptions import ApiException
+
+from ce_k8s.agent import adtext
+from ce_k8s.agent.ratelimit import backoff
+from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_RETRY, CreateInfo
+from ce_k8s.pods.errors import PodBuildError
+
+log = logging.getLogger(__name__)
+
+ANN_GJID = "ce-k8s.htcondor.org/global-job-id"
+ANN_OWNER = "ce-k8s.htcondor.org/owner"
+
+
+class Temporary(Exception):
+    """Try again later (quota, throttling, server or network trouble)."""
+
+
+class Permanent(Exception):
+    """The cluster refuses; holds the job with `code`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def classify(exc: BaseException, what: str) -> Exception:
+    """Map an API failure to Temporary or Permanent (see the module docstring)."""
+    if isinstance(exc, ApiException):
+        status = exc.status or 0
+        message = _api_message(exc)
+        if status == 403 and "exceeded quota" in message.lower():
+            return Temporary(f"{what}: quota exceeded: {message}")
+        if status in (400, 403, 404, 405, 413, 422):
+            return Permanent("admission-denied", f"{what}: HTTP {status}: {message}")
+        return Temporary(f"{what}: HTTP {status}: {message}")
+    return Temporary(f"{what}: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason or "")[:500]
+    except (ValueError, AttributeError):
+        return str(exc.body or exc.reason or "")[:500]
+
+
+class Creator:
+    """Worker threads (`CE_K8S_CREATE_CONCURRENCY`) draining a queue of jobs to create."""
+
+    def __init__(self, agent) -> None:
+        self.agent = agent
+        self.queue: queue.Queue = queue.Queue()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for i in range(self.agent.settings.create_concurrency):
+            t = threading.Thread(target=self._worker, name=f"ce-k8s-create-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        for _ in self.threads:
+            self.queue.put(None)
+        for t in self.threads:
+            t.join(10)
+        self.threads = []
+
+    def submit(self, rec) -> None:
+        self.queue.put(rec)
+
+    def _worker(self) -> None:
+        while True:
+            rec = self.queue.get()
+            if rec is None or self.agent.stop_event.is_set():
+                return
+            try:
+                self.run(rec)
+            except Exception:
+                log.exception("create of pod %s failed unexpectedly", rec.pod_name)
+                self._retry(rec, "internal error (see the agent log)")
+
+    # -- one job ---------------------------------------------------------------------------------
+
+    def build(self, text: str, owner: str | None = None, caller_uid: int | None = None):
+        """Routed ad text → BuiltPod with the sandbox files read; PodBuildError on bad input.
+
+        `owner` is the Owner the request was authorised for (the agent's line scan) and
+        `caller_uid` the SO_PEERCRED uid: the full parse must agree on the Owner (a line such as
+        `Owner="B"` is skipped by the scan but read by ClassAd), and a pilot account's request
+        may only put that account's own files into the Secret (sandbox_io.read_sandbox).
+        """
+        from ce_k8s.agent.sandbox_io import read_sandbox
+        from ce_k8s.condor import wire
+        from ce_k8s.pods.builder import build_manifests
+        from ce_k8s.pods.jobad import JobAd
+        from ce_k8s.pods.sandbox import sandbox_plan
+
+        settings = self.agent.settings
+        try:
+            ads = wire.parse_old_ads(text, "<update hook stdin>")
+        except ValueError as exc:
+            raise PodBuildError("internal-error", f"routed ad does not parse: {exc}") from exc
+        if len(ads) != 1:
+            raise PodBuildError("internal-error", f"expected one routed ad, got {len(ads)}")
+        ad = JobAd(wire.evaluate_ad(ads[0]))
+        if owner is not None and (ad.get("Owner") or "") != owner:
+            raise PodBuildError("internal-error", "the routed ad names two different Owners")
+        attempt = ad.get_int("K8sAttempt", 0, code="missing-job-id") or 0
+        items = sandbox_plan(ad, settings)
+        pilot_uid = caller_uid if caller_uid not in (None, 0, os.geteuid()) else None
+        files = read_sandbox(items, settings.spool, settings.secret_max_bytes, owner_uid=pilot_uid)
+        return build_manifests(ad, settings, files, attempt=attempt)
+
+    def run(self, rec) -> None:
+        """Build, create (or adopt) the pod, then its Secret; record the outcome on `rec`."""
+        agent = self.agent
+        text, rec.ad_text = rec.ad_text, None
+        if rec.cleaned or text is None:
+            rec.create.state = CREATE_DONE if rec.namespace else CREATE_NONE
+            return
+        try:
+            built = self.build(text, adtext.unquote(adtext.scan(text).get("owner")) or "", rec.caller_uid)
+        except PodBuildError as exc:
+            log.warning("pod %s: build failed: %s", rec.pod_name, exc)
+            rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            return
+        if built.name != rec.pod_name:
+            rec.create = CreateInfo(CREATE_HOLD, "internal-error",
+                                    {"message": f"built pod name {built.name} != K8sPodName {rec.pod_name}"})
+            return
+        rec.namespace = built.namespace
+        try:
+            pod = self.create_pod(built)
+            if built.secret is not None:
+                self.ensure_secret(built, pod)
+        except Temporary as exc:
+            log.info("pod %s: %s; will retry", rec.pod_name, exc)
+            self._retry(rec, str(exc))
+            return
+        except Permanent as exc:
+            log.warning("pod %s: %s", rec.pod_name, exc.message)
+            rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            if exc.code == "secret-create-failed":
+                agent._delete_async(_Named(built.name, built.namespace))
+            return
+        agent.cache.observe(pod)
+        rec.failures = 0
+        rec.create = CreateInfo(CREATE_DONE)
+        if rec.cleaned:        # cleanup arrived while we were creating: undo at once
+            agent._delete_async(_Named(built.name, built.namespace))
+
+    def _retry(self, rec, message: str) -> None:
+        rec.failures += 1
+        rec.next_try = time.time() + backoff(rec.failures, base=1.0, cap=300.0)
+        rec.create = CreateInfo(CREATE_RETRY, message=message)
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        agent = self.agent
+        if not agent.bucket.acquire(agent.stop_event):
+            raise Temporary("agent stopping")
+        return fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs)
+
+    def create_pod(self, built) -> dict:
+        """Create the pod, or adopt an existing one that is provably the same job's."""
+        core = self.agent.core
+        try:
+            resp = self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod)
+            self.agent.metrics["creates"] += 1
+            log.info("created pod %s/%s", built.namespace, built.name)
+            return json.loads(resp.data)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise classify(exc, "create pod") from exc
+        except (Temporary, Permanent):
+            raise
+        except Exception as exc:      # timeouts: the server may have created it; the retry will tell
+            raise classify(exc, "create pod") from exc
+        try:
+            existing = json.loads(self._call("read pod", core.read_namespaced_pod, built.name, built.namespace).data)
+        except Exception as exc:
+            raise classify(exc, "read existing pod") from exc
+        want = built.pod["metadata"].get("annotations") or {}
+        have = (existing.get("metadata") or {}).get("annotations") or {}
+        for key in (ANN_GJID, ANN_OWNER):
+            if want.get(key) != have.get(key):
+                raise Permanent("admission-denied", f"pod {built.name} already exists for another job or "
+                                                    f"owner ({key} differs); not touched")
+        self.agent.metrics["adopted"] += 1
+        log.info("adopted existing pod %s/%s", built.namespace, built.name)
+        return existing
+
+    def ensure_secret(self, built, pod: dict) -> None:
+        """Create the Secret owned by `pod`; if it exists, make its data and owner ours."""
+        from ce_k8s.pods.builder import owner_reference
+
+        core = self.agent.core
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        secret = dict(built.secret)
+        meta = dict(secret.get("metadata") or {})
+        if uid:
+            meta["ownerReferences"] = [owner_reference(built.name, uid)]
+        secret["metadata"] = meta
+        try:
+            self._call("create secret", core.create_namespaced_secret, built.namespace, secret)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                err = classify(exc, "create secret")
+                if isinstance(err, Permanent):
+                    raise Permanent("secret-create-failed", err.message) from exc
+                raise err from exc
+        except (Temporary, Permanent):
+            raise
+        except Exception as exc:
+            raise classify(exc, "create secret") from exc
+        patch = {"metadata": {"ownerReferences": meta.get("ownerReferences") or []}, "data": secret.get("data") or {}}
+        try:
+            self._call("patch secret", core.patch_namespaced_secret, meta["name"], built.namespace, patch)
+        except Exception as exc:
+            err = classify(exc, "patch secret")
+            if isinstance(err, Permanent):
+                raise Permanent("secret-create-failed", err.message) from exc
+            raise err from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    """Just enough of a PodInfo for Agent._delete_async."""
+
+    name: str
+    namespace: str
+    secrets: tuple[str, ...] = ()
+    deleting: bool = False

@@ -1,0 +1,61 @@
+"""Write the four hook launchers: tiny scripts that start the hooks with `python -I -S`.
+
+Why not the pip console scripts (`ce-k8s-update` ...): those run with `site` (the venv's .pth
+files, ~10 ms) and import `re`; the router forks the update hook once per job per poll
+(jobrouter-protocol.md §8), so the launcher skips `site` (`-S`), ignores the caller's
+`PYTHON*` environment (`-I`), and puts just the directory holding `ce_k8s` on `sys.path`.
+The console scripts remain a working fallback. The installer also bakes in the socket path and
+hook deadline as defaults; `CE_K8S_SOCKET` / `CE_K8S_HOOK_TIMEOUT` in the environment still win.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HOOKS = {
+    "ce-k8s-translate": "ce_k8s.hooks.translate",
+    "ce-k8s-update": "ce_k8s.hooks.update",
+    "ce-k8s-finalize": "ce_k8s.hooks.finalize",
+    "ce-k8s-cleanup": "ce_k8s.hooks.cleanup",
+}
+
+TEMPLATE = """#!{python} -IS
+# Written by `ce-k8s agent --install-hooks`; the router calls it with no arguments.
+import sys
+sys.path.insert(0, {root!r})
+from ce_k8s import protocol
+protocol.DEFAULT_SOCKET = {socket!r}
+protocol.DEFAULT_HOOK_TIMEOUT = {timeout!r}
+from {module} import main
+sys.exit(main())
+"""
+
+
+def package_root() -> str:
+    """The directory that contains the `ce_k8s` package (source tree or site-packages)."""
+    # this file is <root>/ce_k8s/agent/launchers.py (ce_k8s.__file__ is None under editable installs)
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None) -> list[str]:
+    """Write the launchers (mode 0755) into `directory` and return their paths.
+
+    The router silently ignores a hook whose file or directory is world-writable
+    (jobrouter-protocol.md §1.1), so the directory is created 0755 and checked.
+    """
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    if os.stat(directory).st_mode & 0o002:
+        raise PermissionError(f"{directory} is world-writable; the job router would ignore hooks in it")
+    paths = []
+    for name, module in HOOKS.items():
+        path = os.path.join(directory, name)
+        text = TEMPLATE.format(python=python or sys.executable, root=package_root(), socket=socket_path,
+                               timeout=float(hook_timeout), module=module)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o755)  # noqa: S103 - executables for every pilot account; not writable by them
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths

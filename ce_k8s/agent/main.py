@@ -1,0 +1,100 @@
+"""`ce-k8s agent`: run the agent daemon (condor_master or systemd starts it; see docs/agent.md).
+
+    ce-k8s agent [--config PATH] [--kubeconfig FILE] [--socket PATH] [--spool DIR]
+    ce-k8s agent --install-hooks DIR [--socket PATH]
+
+Settings come from the CE's HTCondor configuration (`CE_K8S_*` knobs, DESIGN decision 9);
+the options override the knobs. Credentials: `--kubeconfig`, else `CE_K8S_KUBECONFIG` (knob or
+environment), else the in-cluster service account. `--install-hooks` writes the four fast hook
+launchers (see `ce_k8s.agent.launchers`) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="PATH",
+                        help="condor_config file or config directory (default: the CE's CONDOR_CONFIG, "
+                             "else the shipped defaults)")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: CE_K8S_KUBECONFIG, else in-cluster)")
+    parser.add_argument("--socket", metavar="PATH", help="Unix socket the hooks connect to (default: CE_K8S_SOCKET)")
+    parser.add_argument("--spool", metavar="DIR", help="the CE's spool directory (default: CE_K8S_SPOOL)")
+    parser.add_argument("--install-hooks", metavar="DIR",
+                        help="write the four hook launchers into DIR and exit")
+    parser.add_argument("--verbose", action="store_true", help="log every pod event and hook call at INFO")
+
+
+def load_settings(config: str | None):
+    """Settings from `--config`, else `$CONDOR_CONFIG`, else the shipped defaults."""
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.settings import Settings
+
+    path = config or os.environ.get("CONDOR_CONFIG") or None
+    cfg = CondorConfig.load(path)
+    return Settings.from_config(cfg)
+
+
+def api_client_for(kubeconfig: str | None):
+    """A kubernetes ApiClient from a kubeconfig file, or the in-cluster service account."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verbose:
+        logging.getLogger("ce_k8s").setLevel(logging.INFO)
+    try:
+        settings = load_settings(args.config)
+    except Exception as exc:   # ConfigError / SettingsError carry file:line
+        print(f"ce-k8s agent: {exc}", file=sys.stderr)
+        return 2
+    overrides = {k: v for k, v in (("socket", args.socket), ("spool", args.spool)) if v}
+    if args.kubeconfig:
+        overrides["kubeconfig"] = args.kubeconfig
+    elif not settings.kubeconfig and os.environ.get("CE_K8S_KUBECONFIG"):
+        overrides["kubeconfig"] = os.environ["CE_K8S_KUBECONFIG"]
+    settings = dataclasses.replace(settings, **overrides)
+
+    if args.install_hooks:
+        from ce_k8s.agent.launchers import install_hooks
+
+        for path in install_hooks(args.install_hooks, socket_path=settings.socket,
+                                  hook_timeout=settings.hook_timeout):
+            print(path)
+        return 0
+
+    from ce_k8s.agent.agent import Agent
+
+    try:
+        api_client = api_client_for(settings.kubeconfig or None)
+    except Exception as exc:
+        print(f"ce-k8s agent: no Kubernetes credentials: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, lambda *_: done.set())
+    agent = Agent(settings, api_client)
+    try:
+        agent.start(wait_ready=None)
+    except OSError as exc:
+        print(f"ce-k8s agent: cannot serve on {settings.socket}: {exc}", file=sys.stderr)
+        agent.stop()
+        return 1
+    print(f"ce-k8s agent: serving on {settings.socket}", file=sys.stderr, flush=True)
+    done.wait()
+    agent.stop()
+    return 0

@@ -1,0 +1,63 @@
+"""Client-side API budget (`CE_K8S_QPS` / `CE_K8S_BURST`) and retry back-off.
+
+Why on our side: throughput of peer systems is bounded by client QPS, and a CE that floods the
+API server with creates after a restart hurts every tenant of the cluster (peer-systems.md §16
+item 5, §17 row 12: client-go's default is 5 QPS, burst 10). Every mutating or reading call the
+agent makes (except the one long-lived watch) takes a token first.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+
+class TokenBucket:
+    """`rate` tokens per second, at most `burst` saved up; `acquire` blocks until one is free."""
+
+    def __init__(self, rate: float, burst: int, clock=time.monotonic, sleep=time.sleep) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be > 0 and burst >= 1")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+
+    def try_acquire(self) -> bool:
+        """Take a token if one is available now."""
+        with self._lock:
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
+
+    def acquire(self, stop: threading.Event | None = None) -> bool:
+        """Wait for a token; False only if `stop` was set while waiting."""
+        while True:
+            with self._lock:
+                self._refill()
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return True
+                wait = (1.0 - self._tokens) / self.rate
+            if stop is not None:
+                if stop.wait(wait):
+                    return False
+            else:
+                self._sleep(wait)
+
+
+def backoff(failures: int, base: float = 0.5, cap: float = 60.0) -> float:
+    """Exponential back-off with full jitter after `failures` consecutive failures (≥ 1)."""
+    ceiling = min(cap, base * (2 ** min(max(failures - 1, 0), 16)))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto

@@ -1,0 +1,221 @@
+"""Pod status → routed-job attributes: the one table of docs/holds.md, as a pure function.
+
+Why pure: every row of the table is a unit test, and the agent's hot path calls this with data
+it already has in memory (the cached pod summary and a few attributes scanned from the routed ad).
+
+The router copies the routed job's `JobStatus` and run statistics to the source job, and the
+factory reads `GridJobStatus` to tell pending from running (htcondor-ce.md §6.4), so:
+
+* Pending → idle (1), `GridJobStatus = "PENDING"`, the scheduler's reason in `K8sPodReason`;
+* Running → running (2) with start dates, node, `GridJobId`, `NumJobStarts`;
+* Succeeded/Failed → completed (4) with the real `ExitCode` and `JobFinishedHookDone`, which the
+  router needs to finish the job (jobrouter-protocol.md §2.3, last bullet);
+* failures with a name → held (5) with the stable codes of `ce_k8s.holds`;
+* eviction/preemption → idle again with the next attempt's pod name, up to `K8sMaxAttempts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ce_k8s.agent.podinfo import (
+    CANNOT_RUN_REASONS,
+    CONFIG_ERROR_REASONS,
+    EVICTION_REASONS,
+    IMAGE_PULL_REASONS,
+    PodInfo,
+)
+from ce_k8s.holds import hold_attributes
+
+IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
+
+# Creation states the agent tracks per pod (see ce_k8s.agent.creator).
+CREATE_NONE = "none"          # never asked to create (first sight, or agent restarted)
+CREATE_PENDING = "pending"    # queued or in flight
+CREATE_RETRY = "retry"        # a temporary failure; will be retried with back-off
+CREATE_DONE = "done"          # the API server has (or had) the pod
+CREATE_HOLD = "hold"          # permanent failure: build error, admission denied
+
+
+@dataclass(slots=True)
+class JobView:
+    """The few routed-ad values the mapping needs (scanned from the update hook's stdin)."""
+
+    pod_name: str
+    attempt: int = 0
+    max_attempts: int = 3
+    pending_timeout: int = 21600
+    job_status: int | None = None
+    pod_uid: str | None = None            # K8sPodUid: set once we reported a live pod
+    job_start_date: int | None = None
+    global_job_id: str | None = None
+
+
+@dataclass(slots=True)
+class CreateInfo:
+    """What the agent knows about creating the pod (its own memory; empty after a restart)."""
+
+    state: str = CREATE_NONE
+    hold_code: str | None = None
+    hold_details: dict = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Decision:
+    """Attributes the routed job should have, plus what the agent must do about the pod."""
+
+    attrs: dict[str, object]
+    create: bool = False          # start creating `JobView.pod_name`
+    delete: bool = False          # delete the pod (it holds resources but will never run)
+
+
+def _one_line(text: str, limit: int = 512) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _held(code: str, info: PodInfo | None, **details: object) -> dict[str, object]:
+    attrs: dict[str, object] = {"JobStatus": HELD, "GridJobStatus": "HELD"}
+    attrs.update(hold_attributes(code, **details))
+    if info is not None:
+        attrs["K8sPodPhase"] = info.phase
+    return attrs
+
+
+def _grid_id(pod: PodInfo) -> str:
+    return f"kubernetes {pod.namespace}/{pod.name}"
+
+
+def _pod_attrs(pod: PodInfo) -> dict[str, object]:
+    return {"K8sPodUid": pod.uid, "K8sPodNamespace": pod.namespace, "K8sPodPhase": pod.phase,
+            "GridJobId": _grid_id(pod)}
+
+
+def _evicted(pod: PodInfo) -> str | None:
+    """Why the pod was disrupted (preemption, eviction, node shutdown), or None."""
+    if pod.disruption:
+        return _one_line(f"{pod.disruption}: {pod.message}" if pod.message else pod.disruption)
+    if pod.phase == "Failed" and pod.reason in EVICTION_REASONS:
+        return _one_line(f"{pod.reason}: {pod.message}" if pod.message else pod.reason)
+    return None
+
+
+def _next_attempt(job: JobView, pod: PodInfo | None, why: str, new_name: str | None) -> Decision:
+    """Back to idle under a new pod name, or held when the route's attempts are used up."""
+    if job.attempt + 1 >= job.max_attempts or new_name is None:
+        return Decision(_held("evictions-exhausted", pod, pod=job.pod_name, attempts=job.max_attempts,
+                              message=why))
+    return Decision({
+        "JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sAttempt": job.attempt + 1,
+        "K8sPodName": new_name, "K8sPodUid": "", "K8sPodPhase": "Evicted",
+        "K8sPodReason": _one_line(f"attempt {job.attempt} evicted: {why}"),
+    })
+
+
+def decide(
+    job: JobView,
+    pod: PodInfo | None,
+    gone: PodInfo | None,
+    create: CreateInfo,
+    now: int,
+    image_pull_timeout: int,
+    config_error_grace: int,
+    next_pod_name: str | None,
+) -> Decision:
+    """The routed job's attributes for the current pod state (see the module docstring).
+
+    `pod` is the live pod from the watch cache, `gone` its last state if the watch saw it
+    deleted, `next_pod_name` the name the next attempt would get (None if it cannot be named).
+    A held, completed or removed routed job is final here: nothing is changed.
+    """
+    if job.job_status in (COMPLETED, HELD, REMOVED):
+        return Decision({})
+    if create.state == CREATE_HOLD and pod is None:
+        return Decision(_held(create.hold_code or "internal-error", None, pod=job.pod_name, **create.hold_details))
+
+    if pod is None:
+        if gone is not None:
+            why = _evicted(gone)
+            if why is not None:
+                return _next_attempt(job, gone, why, next_pod_name)
+            if gone.finished:
+                return _finished(job, gone)
+            return Decision(_held("pod-deleted", gone, pod=job.pod_name))
+        if (job.pod_uid and create.state != CREATE_PENDING) or create.state == CREATE_DONE:
+            # We created it or reported it live before (K8sPodUid), and it vanished while this
+            # agent was not watching (restart, or between two LISTs): an eviction and a deletion
+            # look the same now. The pilot is not lost for that: it gets the next attempt.
+            return _next_attempt(job, None, "pod vanished while ce-k8s was not watching (cause unknown)",
+                                 next_pod_name)
+        reason = "creating pod"
+        if create.state == CREATE_RETRY:
+            reason = _one_line(f"pod creation delayed: {create.message}")
+        return Decision({"JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sPodReason": reason},
+                        create=create.state in (CREATE_NONE, CREATE_RETRY))
+
+    if pod.phase == "Failed" and pod.reason == "Evicted" and "ephemeral" in pod.message.lower():
+        return Decision(_held("disk-exceeded", pod, pod=pod.name, message=_one_line(pod.message)))
+    why = _evicted(pod)
+    if why is not None:
+        return _next_attempt(job, pod, why, next_pod_name)
+    if pod.phase in ("Succeeded", "Failed"):
+        return _finished(job, pod)
+    if pod.phase == "Running":
+        start = pod.started_at or pod.start_time or now
+        attrs = _pod_attrs(pod)
+        attrs.update({
+            "JobStatus": RUNNING, "GridJobStatus": "RUNNING", "JobCurrentStartDate": start,
+            "JobStartDate": job.job_start_date or start, "RemoteHost": pod.node, "K8sNodeName": pod.node,
+            "NumJobStarts": job.attempt + 1, "K8sPodReason": "",
+        })
+        return Decision(attrs)
+    if pod.phase != "Pending":
+        return Decision({})   # Unknown: the node is unreachable; keep the last state we reported
+
+    age = now - (pod.created or now)
+    wr = pod.waiting_reason
+    if wr in IMAGE_PULL_REASONS and (age >= image_pull_timeout or wr == "InvalidImageName"):
+        return Decision(_held("image-pull-failed", pod, pod=pod.name, image=pod.image,
+                              message=_one_line(f"{wr}: {pod.waiting_message}")), delete=True)
+    if wr in CONFIG_ERROR_REASONS and age >= config_error_grace:
+        return Decision(_held("create-container-config-error", pod, pod=pod.name,
+                              message=_one_line(f"{wr}: {pod.waiting_message}")), delete=True)
+    if wr in CANNOT_RUN_REASONS and age >= config_error_grace:
+        return Decision(_held("container-cannot-run", pod, pod=pod.name,
+                              message=_one_line(f"{wr}: {pod.waiting_message}")), delete=True)
+    reason = pod.unscheduled or (f"{wr}: {pod.waiting_message}" if wr and pod.waiting_message else wr)
+    reason = _one_line(reason or ("scheduled on " + pod.node if pod.node else "waiting for the scheduler"))
+    if age >= job.pending_timeout:
+        return Decision(_held("pending-timeout", pod, pod=pod.name, seconds=job.pending_timeout, message=reason),
+                        delete=True)
+    attrs = _pod_attrs(pod)
+    attrs.update({"JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sPodReason": reason})
+    return Decision(attrs)
+
+
+def _finished(job: JobView, pod: PodInfo) -> Decision:
+    """Succeeded or Failed: completed with the container's exit code, unless it failed by name."""
+    if pod.term_reason == "OOMKilled":
+        return Decision(_held("oom-killed", pod, pod=pod.name, limit=pod.memory_limit))
+    if pod.reason == "DeadlineExceeded":
+        return Decision(_held("deadline-exceeded", pod, pod=pod.name, seconds=pod.deadline or "?"))
+    if pod.phase == "Failed" and pod.term_reason in CANNOT_RUN_REASONS:
+        return Decision(_held("container-cannot-run", pod, pod=pod.name,
+                              message=_one_line(f"{pod.term_reason}: {pod.message}")))
+    if pod.phase == "Failed" and pod.exit_code is None:
+        return Decision(_held("container-crashed", pod, pod=pod.name,
+                              message=_one_line(f"{pod.reason}: {pod.message}" if pod.reason else pod.message)))
+    finished = pod.finished_at or pod.started_at or pod.start_time or pod.created or 0
+    started = pod.started_at or pod.start_time or finished
+    attrs = _pod_attrs(pod)
+    attrs.update({
+        "JobStatus": COMPLETED, "GridJobStatus": "COMPLETED", "ExitCode": pod.exit_code or 0,
+        "CompletionDate": finished, "RemoteWallClockTime": max(finished - started, 0),
+        "JobFinishedHookDone": finished, "K8sPodReason": "",
+    })
+    if pod.node:
+        attrs["K8sNodeName"] = pod.node
+    if started and not job.job_start_date:
+        attrs["JobStartDate"] = started
+    return Decision(attrs)

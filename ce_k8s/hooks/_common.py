@@ -1,0 +1,93 @@
+"""What the four hook executables share: bounded stdin, a hard deadline, tiny ad scanning.
+
+Standard library only, and only cheap modules (`posix`, `_signal`, `sys`, `time`): the router
+forks one hook per job per poll and never times it out (jobrouter-protocol.md §0, §2.1), so every
+import is paid thousands of times a minute and every hang blocks that job for good.
+"""
+
+from __future__ import annotations
+
+import _signal
+import posix
+import sys
+
+MAX_STDIN = 4 * 1024 * 1024
+
+
+def log(message: str) -> None:
+    """One line to stderr: the router copies hook stderr into the JobRouterLog (§2.1)."""
+    try:
+        posix.write(2, ("ce-k8s: " + message.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def arm_deadline(seconds: float, exit_code: int) -> None:
+    """Exit with `exit_code` (never by a signal) if the hook is still running after `seconds`.
+
+    A hook killed by a signal counts as exit 0 for the router (§2.1), which for cleanup means
+    "done" although the pod was not deleted; so the alarm handler exits with the hook's own
+    failure code instead. The socket calls have their own, shorter deadlines; this is the
+    backstop for anything else (a stuck stdin pipe, a slow disk).
+    """
+
+    def _expire(_signum, _frame):
+        log(f"deadline of {seconds:g}s exceeded")
+        posix._exit(exit_code)
+
+    _signal.signal(_signal.SIGALRM, _expire)
+    _signal.alarm(max(int(seconds + 0.999), 1) + 1)
+
+
+def read_stdin() -> bytes | None:
+    """All of stdin, or None when it exceeds 4 MiB (refused before anything is parsed)."""
+    data = sys.stdin.buffer.read(MAX_STDIN + 1)
+    if len(data) > MAX_STDIN:
+        log(f"stdin exceeds {MAX_STDIN} bytes; refused")
+        return None
+    return data
+
+
+def write_stdout(data: bytes) -> None:
+    """Write all of `data` to fd 1 (no text-layer buffering surprises at exit)."""
+    view = memoryview(data)
+    while view:
+        view = view[posix.write(1, view):]
+
+
+def scan_attrs(text: str, names: frozenset[str]) -> dict[str, str]:
+    """Raw right-hand sides of the wanted attributes (lower-case names) in sPrintAd text.
+
+    Only the few attributes a hook needs are looked at; nothing is evaluated. The last
+    occurrence wins, as with ClassAd Insert.
+    """
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        name, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = name.strip().lower()
+        if key in names:
+            found[key] = value.strip()
+    return found
+
+
+def unquote(raw: str | None) -> str | None:
+    """The value of an old-syntax string literal, or None if `raw` is not one.
+
+    In the old ClassAd syntax the router parses, only `\\"` is an escape; backslashes are
+    otherwise literal (checked against classad2's old parser).
+    """
+    if raw is None or len(raw) < 2 or raw[0] != '"' or raw[-1] != '"':
+        return None
+    return raw[1:-1].replace('\\"', '"')
+
+
+def to_int(raw: str | None) -> int | None:
+    """An integer literal's value, or None (expressions are not evaluated here)."""
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None

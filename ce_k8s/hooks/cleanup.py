@@ -1,0 +1,45 @@
+"""JOB_CLEANUP hook: ask the agent to delete the routed job's pod and Secret.
+
+Called once a routed ad exists, after success or failure (jobrouter-protocol.md §2.5). Exit 0
+means "done" to the router; any other exit is retried on every poll until it succeeds, which is
+what we want while the agent is unreachable: the pod must not outlive its job. "Not found" is
+success. A routed ad without `K8sPodName` never got a pod, so there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ce_k8s import protocol
+from ce_k8s.hooks._common import arm_deadline, log, read_stdin, scan_attrs
+
+EXIT_RETRY = 1
+
+
+def main() -> int:
+    path, timeout = protocol.hook_settings()
+    arm_deadline(timeout, EXIT_RETRY)
+    data = read_stdin()
+    if data is None:
+        return EXIT_RETRY
+    if "k8spodname" not in scan_attrs(data.decode("utf-8", "replace"), frozenset({"k8spodname"})):
+        return 0
+    try:
+        reply = protocol.call(path, protocol.VERB_CLEANUP, data, time.monotonic() + timeout)
+        try:
+            parts = reply.read_all()
+        finally:
+            reply.close()
+    except (OSError, protocol.ProtocolError) as exc:
+        log(f"agent at {path} unreachable: {exc}; cleanup will be retried")
+        return EXIT_RETRY
+    if reply.status in (protocol.STATUS_OK, protocol.STATUS_NOTFOUND):
+        return 0
+    message = parts[0].decode("utf-8", "replace") if parts else ""
+    log(f"agent answered {reply.status}: {message}; cleanup will be retried")
+    return EXIT_RETRY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

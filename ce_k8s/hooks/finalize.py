@@ -1,0 +1,153 @@
+"""JOB_FINALIZE hook: put the pod's stdout/stderr where Condor-C will return them to the factory.
+
+stdin is `sPrintAd(source) + "\\n------\\n" + sPrintAd(routed)` (jobrouter-protocol.md §2.4).
+The factory stages out the source job's `Out`/`Err` from the CE spool and treats an empty `.out`
+as "CompletedNoOut" (htcondor-ce.md §6.4), so the logs matter. The hook runs as the job owner,
+so it writes the files itself (the agent, which owns the Kubernetes credentials, streams the log
+bytes over the socket):
+
+* only inside the spool directory the agent reports, with every path component opened with
+  `O_NOFOLLOW` relative to its parent, so a symlink planted by the job owner cannot redirect
+  the write;
+* `Out`/`Err` relative to the source job's `Iwd`, as the schedd resolves them.
+
+Exit status is always 0: a non-zero exit re-runs the whole pilot (another pod, §2.4), which is
+never better than a missing log. Every problem is reported on stderr (the JobRouterLog) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ce_k8s import protocol
+from ce_k8s.hooks._common import arm_deadline, log, read_stdin, scan_attrs, unquote
+
+_SRC_ATTRS = frozenset({"iwd", "out", "err", "clusterid", "procid"})
+
+
+class UnsafePath(Exception):
+    """The target is outside the spool or goes through a symlink."""
+
+
+def _target(iwd: str | None, name: str | None, root: str) -> list[str] | None:
+    """Components below `root` of the file to write, None when the job has no such file."""
+    if not name or name == "/dev/null":
+        return None
+    path = name if name.startswith("/") else os.path.join(iwd or "", name)
+    if not path.startswith("/"):
+        raise UnsafePath(f"{path!r} is not absolute (Iwd missing?)")
+    path = os.path.normpath(path)
+    prefix = root.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise UnsafePath(f"{path!r} is outside the spool {root!r}")
+    parts = path[len(prefix):].split("/")
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise UnsafePath(f"{path!r} has an unusable component")
+    return parts
+
+
+def open_in_spool(root: str, parts: list[str]) -> int:
+    """Open root/parts... for writing (create, truncate) without following any symlink below root."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for component in parts[:-1]:
+            try:
+                nfd = os.open(component, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise UnsafePath(f"directory {component!r}: {exc.strerror}") from exc
+            os.close(fd)
+            fd = nfd
+        try:
+            return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o644, dir_fd=fd)
+        except OSError as exc:
+            raise UnsafePath(f"file {parts[-1]!r}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _writer(fd: int):
+    def sink(chunk: bytes) -> None:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view):]
+    return sink
+
+
+def _split(text: str) -> tuple[str, str] | None:
+    # sPrintAd ends with "\n", so the exact separator is an empty line then dashes (§2.4).
+    for sep in ("\n\n------\n", "\n------\n"):
+        src, found, dest = text.partition(sep)
+        if found:
+            return src, dest
+    return None
+
+
+def finalize(data: bytes, path: str, timeout: float) -> None:
+    """Fetch the pod logs from the agent and write them; raises nothing the caller must handle."""
+    halves = _split(data.decode("utf-8", "surrogateescape"))
+    if halves is None:
+        log("stdin has no '------' separator; nothing written")
+        return
+    src = scan_attrs(halves[0], _SRC_ATTRS)
+    job = f"{src.get('clusterid', '?')}.{src.get('procid', '?')}"
+    iwd, out_name, err_name = (unquote(src.get(k)) for k in ("iwd", "out", "err"))
+    if not out_name and not err_name:
+        return
+    try:
+        reply = protocol.call(path, protocol.VERB_LOGS, halves[1].encode("utf-8", "surrogateescape"),
+                              time.monotonic() + timeout)
+    except (OSError, protocol.ProtocolError) as exc:
+        log(f"job {job}: agent at {path} unreachable ({exc}); pod output not returned")
+        return
+    try:
+        if reply.status != protocol.STATUS_OK or len(reply.lengths) != 3:
+            message = reply.read_part(0).decode("utf-8", "replace") if reply.lengths else ""
+            log(f"job {job}: agent answered {reply.status}: {message}; pod output not returned")
+            return
+        root = os.path.realpath(reply.read_part(0).decode("utf-8", "surrogateescape"))
+        targets = []
+        for name in (out_name, err_name):
+            try:
+                targets.append(_target(iwd, name, root))
+            except UnsafePath as exc:
+                log(f"job {job}: not writing {name!r}: {exc}")
+                targets.append(None)
+        out_parts = targets[0]
+        fds: list[int | None] = [None, None]
+        try:
+            for i, parts in enumerate(targets):
+                if parts is None:
+                    continue
+                if i == 1 and parts == out_parts and fds[0] is not None:
+                    fds[1] = fds[0]          # Out and Err name one file: append stderr to it
+                    continue
+                try:
+                    fds[i] = open_in_spool(root, parts)
+                except (UnsafePath, OSError) as exc:
+                    log(f"job {job}: not writing {'/'.join(parts)!r}: {exc}")
+            for i in (0, 1):
+                fd = fds[i]
+                reply.read_part(i + 1, sink=_writer(fd) if fd is not None else (lambda _c: None))
+        finally:
+            for fd in {f for f in fds if f is not None}:
+                os.close(fd)
+    except (OSError, protocol.ProtocolError) as exc:
+        log(f"job {job}: reading pod output failed: {exc}")
+    finally:
+        reply.close()
+
+
+def main() -> int:
+    path, timeout = protocol.hook_settings()
+    arm_deadline(timeout, 0)
+    data = read_stdin()
+    if data is not None:
+        finalize(data, path, timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The Unix-socket protocol between the hooks and the agent (standard library only).
+
+Why a home-made framing and not JSON or HTTP: the update hook is forked once per job per router
+poll (jobrouter-protocol.md §0, §8), so its start-up cost is paid thousands of times a minute.
+`import json` costs ~6 ms and `import socket` ~6 ms (it pulls in `enum` and `selectors`); this
+module imports only the C modules `_socket`, `posix` and `time`, which are nearly free.
+
+Wire format (one request and one reply per connection; the client half-closes after sending):
+
+    request:  b"CEK8S/1 <verb> <length>\\n" + payload           (payload = raw job-ad text)
+    reply:    b"CEK8S/1 <status> <len1> <len2> ...\\n" + part1 + part2 + ...
+
+`status` is one of the STATUS_* names below. Each verb has a fixed number of reply parts (see
+`docs/agent.md`). For every status other than `ok` the only part is a one-line message.
+"""
+
+from __future__ import annotations
+
+import _socket
+import posix
+import time
+
+MAGIC = b"CEK8S/1"
+MAX_PAYLOAD = 4 * 1024 * 1024          # the router's ads are far smaller; refuse more (§8)
+MAX_REPLY_PART = 64 * 1024 * 1024      # pod logs are capped by the agent well below this
+MAX_HEADER = 256
+
+VERB_UPDATE = "update"      # payload: routed ad; reply: [lines to print]
+VERB_LOGS = "logs"          # payload: routed ad; reply: [spool root, stdout bytes, stderr bytes]
+VERB_CLEANUP = "cleanup"    # payload: routed ad; reply: [message]
+VERB_PING = "ping"          # payload: empty;     reply: [agent version]
+VERBS = frozenset({VERB_UPDATE, VERB_LOGS, VERB_CLEANUP, VERB_PING})
+
+STATUS_OK = "ok"
+STATUS_NOTFOUND = "notfound"    # pod unknown; for cleanup this is success
+STATUS_DENIED = "denied"        # SO_PEERCRED says the caller may not act on this job
+STATUS_BAD = "bad"              # malformed request or ad
+STATUS_BUSY = "busy"            # agent not ready yet (e.g. still listing pods)
+STATUS_ERROR = "error"          # anything else on the agent side
+STATUSES = frozenset({STATUS_OK, STATUS_NOTFOUND, STATUS_DENIED, STATUS_BAD, STATUS_BUSY, STATUS_ERROR})
+
+DEFAULT_SOCKET = "/run/ce-k8s/agent.sock"
+DEFAULT_HOOK_TIMEOUT = 20.0
+HOOKS_CONF = "/etc/ce-k8s/hooks.conf"
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not this protocol, or the call could not complete."""
+
+
+def encode_request(verb: str, payload: bytes) -> bytes:
+    """Frame one request; the verb is checked so a typo cannot reach the agent."""
+    if verb not in VERBS:
+        raise ProtocolError(f"unknown verb {verb!r}")
+    if len(payload) > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    return b"%s %s %d\n" % (MAGIC, verb.encode(), len(payload)) + payload
+
+
+def parse_request_header(line: bytes) -> tuple[str, int]:
+    """Split a request header line into (verb, payload length); raises ProtocolError."""
+    fields = line.rstrip(b"\n").split(b" ")
+    if len(fields) != 3 or fields[0] != MAGIC:
+        raise ProtocolError("not a CEK8S/1 request")
+    verb = fields[1].decode("ascii", "replace")
+    if verb not in VERBS:
+        raise ProtocolError(f"unknown verb {verb!r}")
+    if not fields[2].isdigit():
+        raise ProtocolError("bad length")
+    length = int(fields[2])
+    if length > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {length} bytes exceeds {MAX_PAYLOAD}")
+    return verb, length
+
+
+def encode_reply(status: str, *parts: bytes) -> bytes:
+    """Frame one reply: the header lists each part's length so binary logs pass unchanged."""
+    if status not in STATUSES:
+        raise ProtocolError(f"unknown status {status!r}")
+    header = b" ".join([MAGIC, status.encode()] + [b"%d" % len(p) for p in parts]) + b"\n"
+    return header + b"".join(parts)
+
+
+def parse_reply_header(line: bytes) -> tuple[str, list[int]]:
+    """Split a reply header into (status, part lengths); raises ProtocolError."""
+    fields = line.rstrip(b"\n").split(b" ")
+    if len(fields) < 2 or fields[0] != MAGIC:
+        raise ProtocolError("not a CEK8S/1 reply")
+    status = fields[1].decode("ascii", "replace")
+    if status not in STATUSES:
+        raise ProtocolError(f"unknown status {status!r}")
+    lengths = []
+    for f in fields[2:]:
+        if not f.isdigit() or int(f) > MAX_REPLY_PART:
+            raise ProtocolError("bad part length")
+        lengths.append(int(f))
+    return status, lengths
+
+
+def _env(name: str) -> str | None:
+    value = posix.environ.get(name.encode())
+    return value.decode("utf-8", "replace") if value else None
+
+
+def _conf_file() -> dict[str, str]:
+    """Read the hooks' own tiny `key = value` file; a missing or unreadable file is no error."""
+    path = _env("CE_K8S_HOOKS_CONF") or HOOKS_CONF
+    try:
+        fd = posix.open(path, posix.O_RDONLY)
+    except OSError:
+        return {}
+    try:
+        data = posix.read(fd, 65536)
+    finally:
+        posix.close(fd)
+    out = {}
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip().upper()] = value.strip()
+    return out
+
+
+def hook_settings() -> tuple[str, float]:
+    """(socket path, per-call deadline in seconds) for a hook process.
+
+    Order: the environment the hook inherits from the router (`CE_K8S_SOCKET`,
+    `CE_K8S_HOOK_TIMEOUT`), then `/etc/ce-k8s/hooks.conf` (path overridable with
+    `CE_K8S_HOOKS_CONF`), then the built-in defaults. The hooks never parse the HTCondor
+    configuration: that costs tens of milliseconds per call (testbed-measurements.md §3b).
+    """
+    sock = _env("CE_K8S_SOCKET")
+    timeout = _env("CE_K8S_HOOK_TIMEOUT")
+    if sock is None or timeout is None:
+        conf = _conf_file()
+        sock = sock or conf.get("CE_K8S_SOCKET")
+        timeout = timeout or conf.get("CE_K8S_HOOK_TIMEOUT")
+    try:
+        seconds = float(timeout) if timeout else DEFAULT_HOOK_TIMEOUT
+    except ValueError:
+        seconds = DEFAULT_HOOK_TIMEOUT
+    if not seconds > 0:
+        seconds = DEFAULT_HOOK_TIMEOUT
+    return sock or DEFAULT_SOCKET, seconds
+
+
+def _recv_exact(sock: _socket.socket, n: int, deadline: float, sink=None) -> bytes:
+    """Read exactly n bytes before the deadline, or raise; `sink(chunk)` streams instead of keeping."""
+    chunks = []
+    left = n
+    while left:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ProtocolError("agent reply timed out")
+        sock.settimeout(remaining)
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ProtocolError("agent closed the connection early")
+        left -= len(chunk)
+        if sink is None:
+            chunks.append(chunk)
+        else:
+            sink(chunk)
+    return b"".join(chunks)
+
+
+def _recv_line(sock: _socket.socket, deadline: float) -> bytes:
+    buf = b""
+    while b"\n" not in buf:
+        if len(buf) > MAX_HEADER:
+            raise ProtocolError("reply header too long")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ProtocolError("agent reply timed out")
+        sock.settimeout(remaining)
+        chunk = sock.recv(MAX_HEADER)
+        if not chunk:
+            raise ProtocolError("agent closed the connection without a reply")
+        buf += chunk
+    return buf
+
+
+class Reply:
+    """One agent reply: status, parts already read, and the socket positioned after the header."""
+
+    def __init__(self, status: str, lengths: list[int], rest: bytes, sock: _socket.socket, deadline: float):
+        self.status = status
+        self.lengths = lengths
+        self._rest = rest
+        self._sock = sock
+        self._deadline = deadline
+
+    def read_part(self, index: int, sink=None) -> bytes:
+        """Read part `index` (parts must be read in order); with `sink`, stream it instead."""
+        n = self.lengths[index]
+        have = self._rest[:n]
+        self._rest = self._rest[n:]
+        if sink is not None:
+            if have:
+                sink(have)
+            _recv_exact(self._sock, n - len(have), self._deadline, sink)
+            return b""
+        return have + _recv_exact(self._sock, n - len(have), self._deadline)
+
+    def read_all(self) -> list[bytes]:
+        return [self.read_part(i) for i in range(len(self.lengths))]
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def call(path: str, verb: str, payload: bytes, deadline: float) -> Reply:
+    """Send one request and return the reply with its header parsed (parts read lazily).
+
+    `deadline` is a `time.monotonic()` value; every socket operation gets the time left, so
+    the whole call is bounded no matter where the agent stalls. Raises OSError or
+    ProtocolError; the caller maps that to the mildest exit code of its hook.
+    """
+    request = encode_request(verb, payload)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        sock.connect(path)
+        view = memoryview(request)
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProtocolError("agent request timed out")
+            sock.settimeout(remaining)
+            sent = sock.send(view)
+            view = view[sent:]
+        sock.shutdown(_socket.SHUT_WR)
+        head = _recv_line(sock, deadline)
+        line, _, rest = head.partition(b"\n")
+        status, lengths = parse_reply_header(line)
+        return Reply(status, lengths, rest, sock, deadline)
+    except BaseException:
+        sock.close()
+        raise

@@ -1,0 +1,126 @@
+"""Fixtures for the agent tests: the API emulator, a spool with a pilot's files, routed ads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import classad2
+import pytest
+from kubernetes import config as kconfig
+
+from ce_k8s.agent.agent import Agent
+from ce_k8s.condor import wire
+from ce_k8s.pods.names import pod_name
+from ce_k8s.settings import Settings
+from ce_k8s.sim.apiserver import ApiServer
+
+GJID = "ce.example.org#4711.0#1760000000"
+CE = "test-ce"
+
+
+def open_tmpdir() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="ce-k8s-agent-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    return d
+
+
+def make_spool(root: Path, cluster: int = 4711, proc: int = 0) -> Path:
+    """The Condor-C spool layout (ce_k8s.pods.sandbox): executable and proxy of one pilot."""
+    iwd = root / "spool" / str(cluster % 10000) / str(proc % 10000) / f"cluster{cluster}.proc{proc}.subproc0"
+    iwd.mkdir(parents=True, exist_ok=True)
+    (iwd / "glidein_startup.sh").write_text("#!/bin/sh\necho pilot\n")
+    (iwd / "x509up").write_text("PROXY")
+    return iwd
+
+
+def routed_ad(spool: Path, cluster: int = 4711, attempt: int = 0, gjid: str = GJID, owner: str = "cmspilot",
+              **extra) -> classad2.ClassAd:
+    """A routed job as the router leaves it: translate output + VanillaToGrid + route SETs."""
+    iwd = spool / str(cluster % 10000) / "0" / f"cluster{cluster}.proc0.subproc0"
+    ad = classad2.ClassAd()
+    values = {
+        "ClusterId": cluster + 100000, "ProcId": 0, "JobUniverse": 9, "JobStatus": 1, "Owner": owner,
+        "Cmd": "glidein_startup.sh", "Iwd": str(iwd), "x509userproxy": str(iwd / "x509up"),
+        "Out": "_condor_stdout", "Err": "_condor_stderr", "RequestCpus": 1, "RequestMemory": 2000,
+        "RoutedFromJobId": f"{cluster}.0", "RouteName": "K8s", "RoutedBy": "htcondor-ce",
+        "Managed": "External", "ManagedManager": "ce-k8s", "K8sAttempt": attempt,
+        "K8sPodName": pod_name(gjid, attempt), "K8sSourceGlobalJobId": gjid, "K8sImage": "pilot:1",
+        "K8sNamespace": "default", "GridResource": "batch k8s",
+    }
+    values.update(extra)
+    for k, v in values.items():
+        if v is None:
+            if k in ad:
+                del ad[k]
+            continue
+        ad[k] = v
+    return ad
+
+
+def text_of(ad: classad2.ClassAd) -> bytes:
+    return wire.sprint_ad(ad).encode()
+
+
+def apply_output(ad: classad2.ClassAd, reply: bytes) -> classad2.ClassAd:
+    """What the router does with update output (§2.3): parse with its rules, update the ad."""
+    out = wire.parse_hook_output(reply.decode())
+    for k in out.keys():
+        ad[k] = out.lookup(k)
+    return out
+
+
+@pytest.fixture
+def tmp_root():
+    d = open_tmpdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    with ApiServer.running(kubelet=False, history_size=50, bookmark_interval=0.2) as srv:
+        yield srv
+
+
+@pytest.fixture
+def settings(tmp_root):
+    make_spool(tmp_root)
+    return Settings(ce_name=CE, namespace="default", spool=str(tmp_root / "spool"), socket=str(tmp_root / "agent.sock"),
+                    qps=1000.0, burst=1000, create_concurrency=4, gc_grace=3600, image_pull_timeout=0)
+
+
+def new_agent(server, settings, **kwargs) -> Agent:
+    """An agent on the emulator, started and listed (its socket at settings.socket)."""
+    api = kconfig.new_client_from_config(config_file=server.kubeconfig_path)
+    kwargs.setdefault("request_timeout", 3.0)
+    kwargs.setdefault("watch_timeout", 5)
+    agent = Agent(settings, api, **kwargs)
+    agent.start()
+    assert agent.cache.ready.is_set()
+    return agent
+
+
+@pytest.fixture
+def agent(server, settings):
+    a = new_agent(server, settings)
+    yield a
+    a.stop()
+
+
+def wait(predicate, timeout=5.0, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def replace_settings(settings, **changes):
+    return dataclasses.replace(settings, **changes)

@@ -1,0 +1,71 @@
+"""`ce-k8s agent` as a subprocess (how condor_master, systemd and the end-to-end tests run it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ce_k8s import protocol
+from ce_k8s.cli import main as cli_main
+
+from .conftest import wait
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_agent_subprocess_serves_and_stops_on_sigterm(server, tmp_root):
+    sock = tmp_root / "run" / "agent.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.cli", "agent", "--config", str(ROOT / "config.d"),
+                             "--kubeconfig", server.kubeconfig_path, "--socket", str(sock),
+                             "--spool", str(tmp_root / "spool")], stderr=subprocess.PIPE)
+    try:
+        wait(lambda: sock.exists(), timeout=20)
+        assert oct(sock.stat().st_mode & 0o777) == "0o666"
+        assert oct(sock.parent.stat().st_mode & 0o777) == "0o755"
+        reply = protocol.call(str(sock), protocol.VERB_PING, b"", time.monotonic() + 5)
+        assert reply.status == protocol.STATUS_OK and reply.read_all() == [b"ce-k8s agent"]
+        reply.close()
+        wait(lambda: server.calls[("list", "pods")] >= 1, timeout=10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, proc.stderr.read()
+    assert not sock.exists()
+
+
+def test_install_hooks_writes_fast_launchers(tmp_root, capsys):
+    target = tmp_root / "libexec"
+    assert cli_main(["agent", "--config", str(ROOT / "config.d"), "--install-hooks", str(target),
+                     "--socket", "/run/x/agent.sock"]) == 0
+    names = sorted(p.name for p in target.iterdir())
+    assert names == ["ce-k8s-cleanup", "ce-k8s-finalize", "ce-k8s-translate", "ce-k8s-update"]
+    text = (target / "ce-k8s-update").read_text()
+    assert text.startswith(f"#!{sys.executable} -IS\n") and "'/run/x/agent.sock'" in text
+    assert os.stat(target / "ce-k8s-update").st_mode & 0o777 == 0o755
+
+
+def test_install_hooks_refuses_world_writable_dir(tmp_root):
+    """jobrouter-protocol.md §1.1: the router silently ignores hooks in a world-writable directory."""
+    from ce_k8s.agent.launchers import install_hooks
+
+    bad = tmp_root / "ww"
+    bad.mkdir()
+    os.chmod(bad, 0o777)
+    with pytest.raises(PermissionError):
+        install_hooks(str(bad), socket_path="/s", hook_timeout=1)
+
+
+def test_hooks_import_only_cheap_modules():
+    """DESIGN decision 2: the hooks pay every import on every call; stdlib only, and not even json/socket/re."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "import ce_k8s.hooks.update, ce_k8s.hooks.cleanup, ce_k8s.hooks.translate, ce_k8s.pods.names\n"
+            "print(' '.join(sorted(sys.modules)))")
+    mods = set(subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split())
+    for heavy in ("kubernetes", "classad2", "htcondor2", "yaml", "jsonpatch", "json", "socket", "re", "enum"):
+        assert heavy not in mods, heavy

@@ -1,0 +1,82 @@
+"""Finalize: pod stdout/stderr into the job's Out/Err in the spool, safely (jobrouter-protocol.md §2.4)."""
+
+from __future__ import annotations
+
+import os
+
+from ce_k8s import protocol
+from ce_k8s.condor import wire
+
+from .conftest import run_hook, source_ad
+
+
+def setup_spool(tmp_path, uid=None):
+    spool = tmp_path / "spool"
+    iwd = spool / "4711" / "0" / "cluster4711.proc0.subproc0"
+    iwd.mkdir(parents=True)
+    for p in (tmp_path, spool, spool / "4711", spool / "4711" / "0"):
+        os.chmod(p, 0o755)
+    if uid is not None:
+        os.chown(iwd, uid, uid)
+    return spool, iwd
+
+
+def stdin_for(iwd, **extra):
+    src = source_ad(Iwd=str(iwd), **extra)
+    dest = source_ad(K8sPodName="ce-4711-0-a0-0123456789", JobUniverse=9)
+    return wire.finalize_stdin(src, dest)
+
+
+def test_writes_out_and_err(hook_dir, stub_agent, tmp_path):
+    spool, iwd = setup_spool(tmp_path)
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"pilot stdout\n" * 1000, b"pilot stderr\n"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": stub_agent.path})
+    assert res.returncode == 0 and res.stdout == b"", res.stderr
+    assert (iwd / "_condor_stdout").read_bytes() == b"pilot stdout\n" * 1000
+    assert (iwd / "_condor_stderr").read_bytes() == b"pilot stderr\n"
+    verb, payload, _ = stub_agent.requests[-1]
+    assert verb == "logs" and b"K8sPodName" in payload and b"ce-4711-0-a0-0123456789" in payload
+
+
+def test_refuses_symlink_and_escape_but_exits_zero(hook_dir, stub_agent, tmp_path):
+    """A symlink planted in the spool must not redirect the write; exit 0 anyway (no re-run, §2.4)."""
+    spool, iwd = setup_spool(tmp_path)
+    target = tmp_path / "victim"
+    target.write_text("precious")
+    (iwd / "_condor_stdout").symlink_to(target)
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"evil", b"err"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd, Err="../../../../victim2"),
+                   {"CE_K8S_SOCKET": stub_agent.path})
+    assert res.returncode == 0
+    assert target.read_text() == "precious"
+    assert not (tmp_path / "victim2").exists()
+    assert b"not writing" in res.stderr
+
+
+def test_same_file_for_out_and_err(hook_dir, stub_agent, tmp_path):
+    spool, iwd = setup_spool(tmp_path)
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"OUT", b"ERR"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd, Err="_condor_stdout"), {"CE_K8S_SOCKET": stub_agent.path})
+    assert res.returncode == 0
+    assert (iwd / "_condor_stdout").read_bytes() == b"OUTERR"
+
+
+def test_agent_unreachable_or_pod_gone_still_exit_zero(hook_dir, stub_agent, tmp_path):
+    """Exit != 0 would re-run the pilot (RerouteJob, §2.4): a lost log is the milder failure."""
+    _spool, iwd = setup_spool(tmp_path)
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": str(tmp_path / "none.sock")})
+    assert res.returncode == 0 and res.stdout == b""
+    stub_agent.reply = (protocol.STATUS_NOTFOUND, [b"no pod"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": stub_agent.path})
+    assert res.returncode == 0 and not (iwd / "_condor_stdout").exists()
+
+
+def test_runs_as_job_owner(user_hook_dir, stub_agent, shared_tmp, pilot_user):
+    """§2.1: the hook runs as the job owner, so the files it writes belong to that user."""
+    spool, iwd = setup_spool(shared_tmp, uid=pilot_user.pw_uid)
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"o", b"e"])
+    res = run_hook(user_hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": stub_agent.path},
+                   user=pilot_user.pw_name)
+    assert res.returncode == 0, res.stderr
+    assert (iwd / "_condor_stdout").stat().st_uid == pilot_user.pw_uid
+    assert stub_agent.requests[-1][2] == pilot_user.pw_uid     # SO_PEERCRED sees the owner
