@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import kubernetes_validate
-from podads import SPOOL, pilot_files, routed_pilot
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from podads import SPOOL, pilot_files, routed_pilot
 
 from ce_k8s.pods.builder import build_manifests
 from ce_k8s.pods.errors import PodBuildError
