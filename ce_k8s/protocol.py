@@ -29,7 +29,8 @@ VERB_UPDATE = "update"      # payload: routed ad; reply: [lines to print]
 VERB_LOGS = "logs"          # payload: routed ad; reply: [spool root, stdout bytes, stderr bytes]
 VERB_CLEANUP = "cleanup"    # payload: routed ad; reply: [message]
 VERB_PING = "ping"          # payload: empty;     reply: [agent version]
-VERBS = frozenset({VERB_UPDATE, VERB_LOGS, VERB_CLEANUP, VERB_PING})
+VERB_LIST = "list"          # payload: empty;     reply: [JSON {"pilots": [...]}] (`ce-k8s status`)
+VERBS = frozenset({VERB_UPDATE, VERB_LOGS, VERB_CLEANUP, VERB_PING, VERB_LIST})
 
 STATUS_OK = "ok"
 STATUS_NOTFOUND = "notfound"    # pod unknown; for cleanup this is success
@@ -41,6 +42,7 @@ STATUSES = frozenset({STATUS_OK, STATUS_NOTFOUND, STATUS_DENIED, STATUS_BAD, STA
 
 DEFAULT_SOCKET = "/run/ce-k8s/agent.sock"
 DEFAULT_HOOK_TIMEOUT = 20.0
+DEFAULT_SPOOL: str | None = None      # baked in by `--install-hooks`; finalize's fallback only
 HOOKS_CONF = "/etc/ce-k8s/hooks.conf"
 
 
@@ -144,6 +146,12 @@ def hook_settings() -> tuple[str, float]:
     if not seconds > 0:
         seconds = DEFAULT_HOOK_TIMEOUT
     return sock or DEFAULT_SOCKET, seconds
+
+
+def hook_spool() -> str | None:
+    """The CE spool for the finalize hook when the agent cannot tell it (`CE_K8S_SPOOL` in the
+    environment, then hooks.conf, then the launcher's baked-in default); None if unknown."""
+    return _env("CE_K8S_SPOOL") or _conf_file().get("CE_K8S_SPOOL") or DEFAULT_SPOOL
 
 
 def _recv_exact(sock: _socket.socket, n: int, deadline: float, sink=None) -> bytes:

@@ -65,7 +65,7 @@ class Settings:
     pilot_env: dict[str, str] = field(default_factory=dict)  # CE_K8S_PILOT_ENV (parsed)
     collector_host: str = ""                  # CE_K8S_COLLECTOR_HOST (default: CONDORCE_COLLECTOR_HOST)
     default_walltime: int = 4320              # CE_K8S_DEFAULT_WALLTIME (minutes)
-    info_headroom: float = 0.0                # CE_K8S_INFO_HEADROOM (fraction kept free)
+    info_headroom: float = 0.0                # CE_K8S_INFO_HEADROOM (autoscaler headroom, fraction of the pool)
     run_as_user: int = 1000                   # CE_K8S_RUN_AS_USER (non-root uid for pilots)
     run_as_group: int = 1000                  # CE_K8S_RUN_AS_GROUP (also the pod's fsGroup)
     gpu_resource: str = "nvidia.com/gpu"      # CE_K8S_GPU_RESOURCE (default of K8sGpuResource)

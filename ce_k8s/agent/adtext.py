@@ -20,7 +20,7 @@ WANTED = frozenset({
     "jobstatus", "gridjobstatus", "gridjobid", "k8spodphase", "k8spodreason", "k8spoduid",
     "k8spodnamespace", "k8snodename", "remotehost", "jobcurrentstartdate", "jobstartdate",
     "numjobstarts", "exitcode", "completiondate", "remotewallclocktime", "jobfinishedhookdone",
-    "holdreason", "holdreasoncode", "holdreasonsubcode",
+    "holdreason", "holdreasoncode", "holdreasonsubcode", "routename",
 })
 
 MAX_STRING = 1024

@@ -5,7 +5,12 @@ Pieces, each in its own module:
 * `status.decide` — pod state → routed-job attributes (the table in docs/holds.md);
 * `adtext` — the few ad lines the hot path reads and the lines it prints;
 * `creator.Creator` — creates pod then Secret with bounded concurrency under the QPS budget;
+* `output.OutputStore` — each finished pod's log, saved before completion is reported;
+* `metrics.AgentMetrics` — Prometheus metrics on `CE_K8S_METRICS_ADDRESS`;
 * `server.HookServer` — the Unix socket, with the caller's uid from `SO_PEERCRED`.
+
+Log lines are `key=value` fields (`ce_k8s.agent.logfmt`), `event=` first and `job=` on every
+line about a job.
 
 State is only what Kubernetes and the routed ads hold (decision 4): `self.jobs` is a memory of
 what this process did (creation in flight, last hook contact) and is rebuilt from the next hook
@@ -18,6 +23,7 @@ In-process use (tests, `ce-k8s demo`): `Agent(settings, api_client, socket_path=
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import pwd
@@ -32,23 +38,34 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
 from ce_k8s.agent.cache import PodCache
+from ce_k8s.agent.logfmt import fields
+from ce_k8s.agent.metrics import AgentMetrics
+from ce_k8s.agent.options import AgentOptions, default_output_dir
+from ce_k8s.agent.output import OutputStore
 from ce_k8s.agent.podinfo import LABEL_CE, LABEL_MANAGED_BY, MANAGER, PodInfo
-from ce_k8s.agent.ratelimit import TokenBucket
+from ce_k8s.agent.ratelimit import TokenBucket, backoff
 from ce_k8s.agent.status import (
+    COMPLETED,
     CREATE_DONE,
     CREATE_HOLD,
     CREATE_NONE,
     CREATE_PENDING,
     CREATE_RETRY,
+    HELD,
     CreateInfo,
     JobView,
+    completes,
     decide,
 )
 from ce_k8s.pods.names import label_value, pod_name, secret_name
 
 log = logging.getLogger(__name__)
 
-LOG_LIMIT_BYTES = 16 * 1024 * 1024
+JOB_STATES = {1: "Idle", 2: "Running", 3: "Removed", 4: "Completed", 5: "Held"}
+# Saving a finished pod's log is retried this often (API errors, a full disk) before the agent
+# reports the completion anyway, without output: a pilot must never hang on its log.
+OUTPUT_TRIES = 5
+SAVING_OUTPUT = "saving the pod's output"
 # How long a pod may show CreateContainerConfigError before it is held: the Secret is created right
 # after the pod (creator.py), so a few seconds of it are normal.
 CONFIG_ERROR_GRACE = 120
@@ -72,6 +89,15 @@ class JobRecord:
     cleaned: float = 0.0             # time.time() when cleanup was asked (0 = not cleaned)
     namespace: str = ""
     caller_uid: int | None = None    # SO_PEERCRED uid that sent `ad_text` (sandbox ownership check)
+    # What the last update said about the job (`list`, log lines): ids from the routed ad, state
+    # as the agent last told the router (or as the ad said, for a final state).
+    routed_job: str = ""             # the routed job's "ClusterId.ProcId"
+    source_job: str = ""             # RoutedFromJobId
+    route: str = ""
+    attempt: int = 0
+    job_status: int | None = None
+    hold_reason: str = ""
+    reason: str = ""
 
 
 def label_selector(ce_name: str) -> str:
@@ -84,11 +110,13 @@ class Agent:
 
     def __init__(self, settings, api_client, *, socket_path: str | None = None, spool: str | None = None,
                  request_timeout: float = 30.0, watch_timeout: int = 300,
-                 config_error_grace: int = CONFIG_ERROR_GRACE, gc_interval: float | None = None) -> None:
+                 config_error_grace: int = CONFIG_ERROR_GRACE, gc_interval: float | None = None,
+                 options: AgentOptions | None = None) -> None:
         overrides = {k: v for k, v in (("socket", socket_path), ("spool", spool)) if v}
         if overrides:
             settings = dataclasses.replace(settings, **overrides)
         self.settings = settings
+        self.options = options or AgentOptions()
         self.core = k8s.CoreV1Api(api_client)
         self.socket_path = settings.socket
         self.spool = settings.spool
@@ -113,6 +141,14 @@ class Agent:
         self.server = None
         self._gc_thread: threading.Thread | None = None
         self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0}
+        self.output = OutputStore(self.options.output_dir or default_output_dir(settings.spool),
+                                  self.options.max_output_bytes)
+        self._fetching: set[str] = set()               # pod names whose log is being saved
+        self._output_tries: dict[str, tuple[int, float]] = {}   # name -> (failures, next try time)
+        self.prom = AgentMetrics(pods=lambda: self.cache.pods.values(), last_event=lambda: self.cache.last_event,
+                                 extra=self._gauges)
+        self.cache.on_error = lambda verb, exc: self.prom.api_error(verb, "pods", exc)
+        self.cache.listeners.append(self._pod_changed)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -127,6 +163,8 @@ class Agent:
         self._gc_thread = threading.Thread(target=self._gc_loop, name="ce-k8s-gc", daemon=True)
         self._gc_thread.start()
         if serve:
+            if self.options.metrics_address:
+                self.prom.serve(self.options.metrics_address)
             self.server = HookServer(self.socket_path, self.handle, self.pool)
             self.server.start()
         if wait_ready:
@@ -139,6 +177,7 @@ class Agent:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        self.prom.stop()
         self.creator.stop()
         self.cache.stop()
         if self._gc_thread is not None:
@@ -148,7 +187,12 @@ class Agent:
     # -- request dispatch --------------------------------------------------------------------------
 
     def handle(self, verb: str, payload: bytes, uid: int) -> tuple[str, list[bytes]]:
-        """One hook request → (status, reply parts); never raises."""
+        """One hook request → (status, reply parts); never raises. Counted by verb and status."""
+        reply = self._dispatch(verb, payload, uid)
+        self.prom.hook(verb if verb in protocol.VERBS else "other", reply[0])
+        return reply
+
+    def _dispatch(self, verb: str, payload: bytes, uid: int) -> tuple[str, list[bytes]]:
         try:
             text = payload.decode("utf-8", "surrogateescape")
             if verb == protocol.VERB_UPDATE:
@@ -157,11 +201,14 @@ class Agent:
                 return self.handle_cleanup(text, uid)
             if verb == protocol.VERB_LOGS:
                 return self.handle_logs(text, uid)
+            if verb == protocol.VERB_LIST:
+                return self.handle_list(uid)
             if verb == protocol.VERB_PING:
                 return protocol.STATUS_OK, [b"ce-k8s agent"]
             return protocol.STATUS_BAD, [f"unknown verb {verb}".encode()]
         except Exception as exc:
-            log.exception("%s request failed", verb)
+            job = _job_of(payload)
+            log.exception("%s", fields(event="request-failed", verb=verb, job=job, error=type(exc).__name__))
             return protocol.STATUS_ERROR, [f"{type(exc).__name__}: {exc}".encode()[:2000]]
 
     def _uid_of(self, owner: str) -> int | None:
@@ -186,7 +233,7 @@ class Agent:
         if not self.authorized(owner, uid):
             self.metrics["denied"] += 1
             job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-            log.warning("%s for job %s (Owner %r) refused: caller uid %d", verb, job, owner, uid)
+            log.warning("%s", fields(event="request-denied", verb=verb, job=job, owner=owner, caller_uid=uid))
             return (protocol.STATUS_DENIED, [f"uid {uid} may not act on jobs of {owner!r}".encode()])
         return attrs, name, owner
 
@@ -215,12 +262,17 @@ class Agent:
         now = time.time()
         rec = self._record(name, owner)
         rec.last_touch = now
+        if not rec.routed_job:
+            rec.routed_job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+            rec.source_job = adtext.unquote(attrs.get("routedfromjobid")) or ""
+            rec.route = adtext.unquote(attrs.get("routename")) or ""
         pod = self.cache.get(name)
         s = self.settings
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
         if pod is not None and not self._same_job(pod, owner, gjid):
-            line = adtext.changed_lines(_conflict_hold(pod), attrs)
-            return protocol.STATUS_OK, [line.encode()]
+            conflict = _conflict_hold(pod)
+            self._remember(rec, conflict, attrs)
+            return protocol.STATUS_OK, [adtext.changed_lines(conflict, attrs).encode()]
         if pod is not None and rec.create.state in (CREATE_NONE, CREATE_RETRY):
             # The pod exists but this process did not finish creating it (restart, or a timeout
             # after the server accepted the create): the Secret may be missing. Re-run the create,
@@ -243,13 +295,39 @@ class Agent:
             global_job_id=gjid,
         )
         next_name = pod_name(gjid, job.attempt + 1) if gjid and job.attempt < 999_999 else None
-        decision = decide(job, pod, self.cache.get_gone(name) if pod is None else None, rec.create, int(now),
-                          s.image_pull_timeout, self.config_error_grace, next_name)
+        rec.attempt = job.attempt
+        gone = self.cache.get_gone(name) if pod is None else None
+        decision = decide(job, pod, gone, rec.create, int(now), s.image_pull_timeout, self.config_error_grace,
+                          next_name)
+        desired = decision.attrs
+        if desired.get("JobStatus") == COMPLETED and not self._output_saved(pod or gone, now):
+            # Completion is reported only once the pod's log is safe on disk (output.py): the
+            # finalize hook that follows must not depend on the pod or the API server.
+            finished = pod or gone
+            desired = {"K8sPodPhase": finished.phase if finished else "", "K8sPodReason": SAVING_OUTPUT}
         if decision.create and now >= rec.next_try:
             self._queue_create(rec, text, uid)
         if decision.delete and pod is not None:
-            self._delete_async(pod)
-        return protocol.STATUS_OK, [adtext.changed_lines(decision.attrs, attrs).encode()]
+            self._delete_async(pod, why="hold", job=rec.routed_job)
+        new_status = desired.get("JobStatus")
+        if new_status is not None and new_status != adtext.as_int(attrs.get("jobstatus")):
+            log.info("%s", fields(event="job-status", job=rec.routed_job, pod=name, status=new_status,
+                                  was=attrs.get("jobstatus"),
+                                  reason=desired.get("HoldReason") or desired.get("K8sPodReason")))
+        self._remember(rec, desired, attrs)
+        return protocol.STATUS_OK, [adtext.changed_lines(desired, attrs).encode()]
+
+    @staticmethod
+    def _remember(rec: JobRecord, desired: dict[str, object], attrs: dict[str, str]) -> None:
+        """Keep the job state the router will hold after this reply (for `list`)."""
+        status = desired.get("JobStatus")
+        rec.job_status = status if isinstance(status, int) else adtext.as_int(attrs.get("jobstatus"))
+        if rec.job_status == HELD:
+            rec.hold_reason = str(desired.get("HoldReason") or adtext.unquote(attrs.get("holdreason")) or "")
+        else:
+            rec.hold_reason = ""
+        reason = desired.get("K8sPodReason")
+        rec.reason = str(reason) if reason is not None else (adtext.unquote(attrs.get("k8spodreason")) or "")
 
     def _same_job(self, pod: PodInfo, owner: str, gjid: str | None) -> bool:
         """An existing pod is ours to report on only if its labels/annotations name this job and owner."""
@@ -269,7 +347,7 @@ class Agent:
     # -- cleanup ---------------------------------------------------------------------------------
 
     def handle_cleanup(self, text: str, uid: int) -> tuple[str, list[bytes]]:
-        """Delete the job's pods (this and earlier attempts) and Secrets; absent counts as done."""
+        """Delete the job's pods (this and earlier attempts), Secrets and saved output; absent counts as done."""
         got = self._identify(text, uid, "cleanup")
         if isinstance(got[0], str):
             return got
@@ -282,6 +360,7 @@ class Agent:
         rec = self._record(name, owner)
         with self.jobs_lock:
             rec.cleaned = rec.cleaned or time.time()
+        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
         attempt = adtext.as_int(attrs.get("k8sattempt")) or 0
         names = [name]
@@ -291,29 +370,45 @@ class Agent:
         for n in names:
             pod = self.cache.get(n)
             if pod is not None and not self._same_job(pod, owner, gjid):
-                log.warning("cleanup: pod %s/%s belongs to another job or owner; not touched", pod.namespace, n)
+                log.warning("%s", fields(event="cleanup-skipped", job=job, pod=n, namespace=pod.namespace,
+                                         why="pod belongs to another job or owner"))
                 continue
+            self._forget_output(n, owner, gjid)
             if n != name and pod is None:
                 continue
             namespace = pod.namespace if pod is not None else rec.namespace
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
-            deleted += self.delete_pod(n, namespace, pod.secrets if pod else (secret_name(n),))
+            deleted += self.delete_pod(n, namespace, pod.secrets if pod else (secret_name(n),), why="cleanup",
+                                       job=job)
+        log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted))
         return (protocol.STATUS_OK if deleted else protocol.STATUS_NOTFOUND), [f"{deleted} pod(s) deleted".encode()]
 
-    def delete_pod(self, name: str, namespace: str, secrets=()) -> int:
+    def _forget_output(self, name: str, owner: str, gjid: str | None) -> None:
+        """Drop the saved output of `name` if it is this job's (finalize has run: §2.5 comes after §2.4)."""
+        meta = self.output.meta(name)
+        if meta is not None and meta.owner in (owner, label_value(owner)) \
+                and not (gjid and meta.global_job_id and meta.global_job_id != gjid):
+            self.output.remove(name)
+        self._output_tries.pop(name, None)
+
+    def delete_pod(self, name: str, namespace: str, secrets=(), why: str = "cleanup", job: str | None = None) -> int:
         """Delete a pod and its Secrets; 1 if the pod existed, 0 if not. Raises on other API errors."""
         existed = 0
         self.bucket.acquire(self.stop_event)
+        t0 = time.monotonic()
         try:
             self.core.delete_namespaced_pod(name, namespace, propagation_policy="Background",
                                             _preload_content=False, _request_timeout=self.request_timeout)
             existed = 1
             self.metrics["deletes"] += 1
-            log.info("deleted pod %s/%s", namespace, name)
         except ApiException as exc:
             if exc.status != 404:
+                self.prom.api_error("delete", "pods", exc)
                 raise
+        except Exception as exc:
+            self.prom.api_error("delete", "pods", exc)
+            raise
         for sname in secrets or (secret_name(name),):
             self.bucket.acquire(self.stop_event)
             try:
@@ -321,19 +416,29 @@ class Agent:
                                                    _request_timeout=self.request_timeout)
             except ApiException as exc:
                 if exc.status != 404:
+                    self.prom.api_error("delete", "secrets", exc)
                     raise
+            except Exception as exc:
+                self.prom.api_error("delete", "secrets", exc)
+                raise
+        if existed:
+            self.prom.delete_seconds.observe(time.monotonic() - t0)
+            self.prom.pods_deleted.labels(why).inc()
+            log.info("%s", fields(event="pod-deleted", job=job or self._job_for(name), pod=name,
+                                  namespace=namespace, why=why))
         return existed
 
-    def _delete_async(self, pod: PodInfo) -> None:
+    def _delete_async(self, pod: PodInfo, why: str = "hold", job: str | None = None) -> None:
         if pod.deleting or pod.name in self._deleting:
             return
         self._deleting.add(pod.name)
 
         def run() -> None:
             try:
-                self.delete_pod(pod.name, pod.namespace, pod.secrets)
+                self.delete_pod(pod.name, pod.namespace, pod.secrets, why=why, job=job)
             except Exception as exc:
-                log.warning("delete of pod %s/%s failed: %s", pod.namespace, pod.name, exc)
+                log.warning("%s", fields(event="delete-failed", job=job or self._job_for(pod.name), pod=pod.name,
+                                         namespace=pod.namespace, error=_short(exc)))
             finally:
                 self._deleting.discard(pod.name)
 
@@ -342,52 +447,221 @@ class Agent:
         except RuntimeError:          # shutting down
             self._deleting.discard(pod.name)
 
-    # -- logs (finalize) -------------------------------------------------------------------------
+    def _job_for(self, name: str) -> str:
+        """The job id for a log line about pod `name`: routed id if an update named it, else the source id."""
+        rec = self.jobs.get(name)
+        if rec is not None and rec.routed_job:
+            return rec.routed_job
+        pod = self.cache.get(name) or self.cache.get_gone(name)
+        return (pod.source_job if pod is not None else "") or "?"
+
+    # -- output: saved when the pod finishes, served to finalize -----------------------------------
+
+    def _pod_changed(self, name: str | None) -> None:
+        """Watch listener: start saving the log of every pod that just finished (or, after a LIST, of
+        every finished pod whose log is not saved yet). Runs on the watch thread: only cheap checks."""
+        if name is None:
+            for pod in list(self.cache.pods.values()):
+                if pod.finished:
+                    self._want_output(pod)
+            return
+        pod = self.cache.pods.get(name)
+        if pod is not None and pod.finished:
+            self._want_output(pod)
+
+    def _want_output(self, pod: PodInfo, now: float | None = None) -> None:
+        """Queue a log fetch for a finished pod that will complete its job, unless saved or queued."""
+        if pod.name in self._fetching or self.output.has(pod.name, pod.uid) or not completes(pod):
+            return
+        tries = self._output_tries.get(pod.name)
+        if tries is not None and (tries[0] >= OUTPUT_TRIES or (now or time.time()) < tries[1]):
+            return
+        self._fetching.add(pod.name)
+        try:
+            self.pool.submit(self._save_output, pod)
+        except RuntimeError:       # shutting down
+            self._fetching.discard(pod.name)
+
+    def _output_saved(self, pod: PodInfo | None, now: float) -> bool:
+        """Whether completion may be reported: output saved, or saving it is hopeless."""
+        if pod is None or self.output.has(pod.name, pod.uid):
+            return True
+        tries = self._output_tries.get(pod.name)
+        if tries is not None and tries[0] >= OUTPUT_TRIES:
+            return True            # given up (logged): report the completion without output
+        if self.cache.get(pod.name) is None:
+            # The pod is gone: its log is gone with it. Save a "lost" entry (in the pool, never on
+            # this thread) so finalize can say why, then report.
+            self._want_output(pod, now)
+            return pod.name not in self._fetching and self.output.has(pod.name)
+        self._want_output(pod, now)
+        return False
+
+    def _save_output(self, pod: PodInfo) -> None:
+        """Read the finished pod's log (bounded) and store it; a vanished pod leaves a 'lost' entry."""
+        job = self._job_for(pod.name)
+        common = {"uid": pod.uid, "namespace": pod.namespace, "owner": pod.owner,
+                  "global_job_id": pod.global_job_id}
+        try:
+            if self.output.max_bytes <= 0:
+                meta = self.output.save(pod.name, out=b"", err=b"", split=False,
+                                        lost="output return is off (CE_K8S_MAX_OUTPUT_BYTES = 0)", **common)
+            else:
+                try:
+                    out, err, split = self.read_logs(pod, self.output.max_bytes + 1)
+                    meta = self.output.save(pod.name, out=out, err=err, split=split, **common)
+                except ApiException as exc:
+                    if exc.status not in (400, 404):
+                        raise
+                    meta = self.output.save(pod.name, out=b"", err=b"", split=False,
+                                            lost=f"the pod's log could not be read (HTTP {exc.status}: pod deleted "
+                                                 "before ce-k8s saved it)", **common)
+            self._output_tries.pop(pod.name, None)
+            result = "lost" if meta.lost else "truncated" if meta.truncated else "saved"
+            self.prom.outputs.labels(result).inc()
+            level = logging.WARNING if meta.lost else logging.INFO
+            log.log(level, "%s", fields(event="output-" + result, job=job, pod=pod.name, split=meta.split,
+                                        why=meta.lost or None))
+        except Exception as exc:
+            failures = self._output_tries.get(pod.name, (0, 0.0))[0] + 1
+            self._output_tries[pod.name] = (failures, time.time() + backoff(failures, base=1.0, cap=30.0))
+            final = failures >= OUTPUT_TRIES
+            if final:
+                self.prom.outputs.labels("failed").inc()
+            log.warning("%s", fields(event="output-failed", job=job, pod=pod.name, attempt=failures,
+                                     error=_short(exc), action="report completion without output" if final
+                                     else "retry"))
+        finally:
+            self._fetching.discard(pod.name)
 
     def handle_logs(self, text: str, uid: int) -> tuple[str, list[bytes]]:
-        """[spool root, stdout, stderr] of the job's pod, for the finalize hook to write."""
+        """[spool root, stdout, stderr] of the job's pod for the finalize hook: the saved output, else
+        the live pod's log; a note on stderr says why output is missing or cut."""
         got = self._identify(text, uid, "logs")
         if isinstance(got[0], str):
             return got
         attrs, name, owner = got
+        gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
+        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+        saved = self.output.load(name) if name else None
+        if saved is not None:
+            meta, out, err = saved
+            if meta.owner not in (owner, label_value(owner)) or (gjid and meta.global_job_id
+                                                                  and meta.global_job_id != gjid):
+                log.warning("%s", fields(event="request-denied", verb="logs", job=job, pod=name,
+                                         why="saved output belongs to another job or owner"))
+                return protocol.STATUS_DENIED, [b"output belongs to another job"]
+            if meta.lost:
+                err += f"ce-k8s: the pilot's output could not be returned: {meta.lost}\n".encode()
+            elif meta.truncated:
+                err += (f"ce-k8s: output cut at CE_K8S_MAX_OUTPUT_BYTES = {self.output.max_bytes} bytes "
+                        "per stream\n").encode()
+            log.info("%s", fields(event="output-returned", job=job, pod=name, stdout_bytes=len(out),
+                                  stderr_bytes=len(err), source="saved"))
+            return protocol.STATUS_OK, [self.spool.encode(), out, err]
         pod = self.cache.get(name) if name else None
         if pod is None:
-            return protocol.STATUS_NOTFOUND, [f"no pod {name!r}".encode()]
-        if not self._same_job(pod, owner, adtext.unquote(attrs.get("k8ssourceglobaljobid"))):
+            log.warning("%s", fields(event="output-missing", job=job, pod=name))
+            return protocol.STATUS_NOTFOUND, [f"no pod {name!r} and no saved output".encode()]
+        if not self._same_job(pod, owner, gjid):
             return protocol.STATUS_DENIED, [b"pod belongs to another job"]
-        out, err = self.read_logs(pod)
+        out, err, _split = self.read_logs(pod, self.output.max_bytes or 1)
+        log.info("%s", fields(event="output-returned", job=job, pod=name, stdout_bytes=len(out),
+                              stderr_bytes=len(err), source="pod"))
         return protocol.STATUS_OK, [self.spool.encode(), out, err]
 
-    def _log(self, pod: PodInfo, stream: str | None) -> bytes:
+    def _log(self, pod: PodInfo, stream: str | None, limit: int) -> bytes:
         self.bucket.acquire(self.stop_event)
-        kwargs = {"container": "pilot", "limit_bytes": LOG_LIMIT_BYTES, "_preload_content": False,
+        kwargs = {"container": "pilot", "limit_bytes": limit, "_preload_content": False,
                   "_request_timeout": self.request_timeout}
         if stream:
             kwargs["stream"] = stream
-        resp = self.core.read_namespaced_pod_log(pod.name, pod.namespace, **kwargs)
+        try:
+            resp = self.core.read_namespaced_pod_log(pod.name, pod.namespace, **kwargs)
+        except Exception as exc:
+            self.prom.api_error("get", "pods/log", exc)
+            raise
         return resp.data
 
-    def read_logs(self, pod: PodInfo) -> tuple[bytes, bytes]:
-        """(stdout, stderr), split when the API server supports `stream=` (Kubernetes ≥ 1.32 with
-        PodLogsQuerySplitStreams), else the combined log as stdout and an empty stderr."""
-        try:
-            out = self._log(pod, "Stdout")
-        except ApiException as exc:
-            if exc.status == 404:
-                return b"", b""
-            return self._log(pod, None), b""
+    def read_logs(self, pod: PodInfo, limit: int) -> tuple[bytes, bytes, bool]:
+        """(stdout, stderr, split): split when the API server honours `stream=` (Kubernetes ≥ 1.32 with
+        PodLogsQuerySplitStreams), else the combined log as stdout and an empty stderr.
+
+        Raises ApiException (404: the pod is gone) and transport errors; the caller decides.
+        """
         if self._split_logs is False:
-            return out, b""
+            return self._log(pod, None, limit), b"", False
         try:
-            err = self._log(pod, "Stderr")
-        except ApiException:
-            return out, b""
+            out = self._log(pod, "Stdout", limit)
+        except ApiException as exc:
+            if exc.status != 400:       # 400: this server rejects `stream`; anything else is real
+                raise
+            self._split_logs = False
+            return self._log(pod, None, limit), b"", False
+        err = self._log(pod, "Stderr", limit)
         if err == out and out:
             self._split_logs = False   # the server ignores `stream`: both were the combined log
-            return out, b""
+            return out, b"", False
         if err != out:
             self._split_logs = True
-        return out, err
+        return out, err, bool(self._split_logs)
+
+    # -- list (`ce-k8s status`) --------------------------------------------------------------------
+
+    def handle_list(self, uid: int) -> tuple[str, list[bytes]]:
+        """Every pilot pod (and held or waiting job without one) the caller may see, as JSON rows in
+        the shape of `ce_k8s.ops.status.PilotRow`. Root and the agent's uid see all; a pilot account
+        sees its own jobs. Only ids, states and reasons: never an ad, a Secret or a log."""
+        if not self.cache.ready.is_set():
+            return protocol.STATUS_BUSY, [b"agent is still listing pods"]
+        now = int(time.time())
+        rows = []
+        for name, pod in list(self.cache.pods.items()):
+            rec = self.jobs.get(name)
+            owner = pod.owner or (rec.owner if rec else "")
+            if self.authorized(owner, uid):
+                rows.append(self._pod_row(pod, rec, now))
+        for name, rec in list(self.jobs.items()):
+            if name in self.cache.pods or rec.cleaned or not rec.routed_job:
+                continue
+            waiting = rec.create.state in (CREATE_PENDING, CREATE_RETRY, CREATE_HOLD)
+            if (rec.job_status == HELD or waiting) and self.authorized(rec.owner, uid):
+                rows.append(_row(rec.routed_job, rec.source_job, rec.owner, rec.route, rec.namespace, name, "",
+                                 "Gone" if rec.job_status == HELD else "", JOB_STATES.get(rec.job_status or 0, "?"),
+                                 rec.attempt, None, rec.hold_reason, rec.reason or rec.create.message))
+        return protocol.STATUS_OK, [json.dumps({"pilots": rows}, separators=(",", ":")).encode()]
+
+    def _pod_row(self, pod: PodInfo, rec: JobRecord | None, now: int) -> dict[str, object]:
+        phase = "Terminating" if pod.deleting and not pod.finished else pod.phase
+        if pod.phase == "Failed" and pod.disruption:
+            phase = "Evicted"
+        if rec is not None and rec.job_status is not None:
+            status, hold, reason = JOB_STATES.get(rec.job_status, "?"), rec.hold_reason, rec.reason
+        else:   # no update since this agent started: what the next update would say
+            next_name = pod_name(pod.global_job_id, pod.attempt + 1) if pod.global_job_id else None
+            job = JobView(pod_name=pod.name, attempt=pod.attempt, max_attempts=self.settings.max_attempts,
+                          pending_timeout=self.settings.pending_timeout, pod_uid=pod.uid,
+                          global_job_id=pod.global_job_id or None)
+            attrs = decide(job, pod, None, CreateInfo(CREATE_DONE), now, self.settings.image_pull_timeout,
+                           self.config_error_grace, next_name).attrs
+            code = attrs.get("JobStatus")
+            status = JOB_STATES.get(code, "?") if isinstance(code, int) else "?"
+            hold, reason = str(attrs.get("HoldReason") or ""), str(attrs.get("K8sPodReason") or "")
+        return _row(rec.routed_job if rec else "", (rec.source_job if rec else "") or pod.source_job,
+                    pod.owner or (rec.owner if rec else ""), pod.route or (rec.route if rec else ""), pod.namespace,
+                    pod.name, pod.node, phase, status, pod.attempt, pod.created, hold, reason)
+
+    # -- metrics -----------------------------------------------------------------------------------
+
+    def _gauges(self) -> dict[str, tuple[str, float]]:
+        """Gauges computed at scrape time (see metrics.py)."""
+        return {
+            "ce_k8s_cache_pods": ("Pods in the agent's watch cache", float(len(self.cache.pods))),
+            "ce_k8s_jobs_tracked": ("Routed jobs this agent process has heard of", float(len(self.jobs))),
+            "ce_k8s_cache_lists": ("Full LISTs since the agent started (start and 410 Gone)", float(self.cache.lists)),
+            "ce_k8s_outputs_stored": ("Pod outputs saved and not yet cleaned up", float(len(self.output))),
+            "ce_k8s_creates_queued": ("Pod creations waiting for a worker", float(self.creator.queue.qsize())),
+        }
 
     # -- garbage collection ------------------------------------------------------------------------
 
@@ -395,15 +669,17 @@ class Agent:
         while not self.stop_event.wait(self.gc_interval):
             try:
                 self.collect_garbage()
-            except Exception:
-                log.exception("garbage collection failed")
+            except Exception as exc:
+                log.exception("%s", fields(event="gc-failed", error=_short(exc)))
 
     def collect_garbage(self, now: float | None = None) -> list[str]:
         """Delete our pods whose job is gone; never a live pod whose job still calls the hooks.
 
         A pod is collected when its routed job was cleaned up (a cleanup call that failed to delete
         is retried here), or when it has finished and no hook has named it for `CE_K8S_GC_GRACE`
-        (counted from the agent's start for pods it has not heard of since a restart).
+        (counted from the agent's start for pods it has not heard of since a restart). Saved output
+        of pods that are gone is dropped after `max(2 × CE_K8S_GC_GRACE, 1 day)` (a finalize that
+        never came, e.g. the job was removed while the agent was down).
         """
         now = time.time() if now is None else now
         grace = self.settings.gc_grace
@@ -416,18 +692,43 @@ class Agent:
             if (rec and rec.cleaned) or (pod.finished and now - last >= grace):
                 victims.append(pod)
         for pod in victims:
-            log.info("gc: deleting pod %s/%s (%s)", pod.namespace, pod.name, pod.phase)
             try:
-                self.delete_pod(pod.name, pod.namespace, pod.secrets)
+                self.delete_pod(pod.name, pod.namespace, pod.secrets, why="gc", job=self._job_for(pod.name))
             except Exception as exc:
-                log.warning("gc: delete of %s failed: %s", pod.name, exc)
+                log.warning("%s", fields(event="delete-failed", job=self._job_for(pod.name), pod=pod.name,
+                                         namespace=pod.namespace, why="gc", error=_short(exc)))
         self.cache.forget_gone(now - max(grace, 600))
+        self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
         with self.jobs_lock:
             for name in [n for n, r in self.jobs.items()
                          if r.create.state != CREATE_PENDING and n not in self.cache.pods
                          and now - max(r.last_touch, r.cleaned) >= 2 * max(grace, 600)]:
                 del self.jobs[name]
+                self._output_tries.pop(name, None)
         return [p.name for p in victims]
+
+
+def _row(routed_job: str, source_job: str, owner: str, route: str, namespace: str, pod: str, node: str, phase: str,
+         status: str, attempt: int, created: int | None, hold_reason: str, reason: str) -> dict[str, object]:
+    """One `list` row: exactly the keys of `ce_k8s.ops.status.PilotRow` the agent knows (age is the client's)."""
+    return {"routed_job": routed_job, "source_job": source_job, "owner": owner, "route": route,
+            "namespace": namespace, "pod": pod, "node": node, "phase": phase, "status": status,
+            "attempt": attempt, "created": created, "hold_reason": hold_reason, "reason": reason}
+
+
+def _job_of(payload: bytes) -> str:
+    """`ClusterId.ProcId` of a request payload, for a log line about a failed request."""
+    attrs = adtext.scan(payload[:MAX_SCAN].decode("utf-8", "replace"), frozenset({"clusterid", "procid"}))
+    return f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+
+
+MAX_SCAN = 1 << 20
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) < 300 else text[:297] + "..."
 
 
 def _conflict_hold(pod: PodInfo) -> dict[str, object]:

@@ -5,6 +5,13 @@ ends or breaks, and relists only when the server says the version is too old (41
 is what client-go's reflector does. Pods the watch sees deleted are remembered as "gone" with
 their final state, so the status mapping can tell an eviction from a deletion.
 
+Evidence of a disruption is sticky: once any event or LIST showed a pod's `DisruptionTarget`
+condition, the pod's summary keeps it for the rest of its life and into its tombstone, even if a
+later object lacks it (a status write from a stale copy, or an eviction whose first trace this
+process sees is the DELETED event itself, which is handled by reading that event's object). An
+eviction must never be mistaken for an out-of-band deletion: that would hold a pilot which
+should simply run again (docs/holds.md).
+
 The raw JSON is parsed with `json` and summarised immediately (`PodInfo`): the kubernetes
 client's model deserialisation costs ~0.1 ms per pod (testbed-measurements.md §1.3) and full
 objects would not fit the memory budget at 20,000 pods.
@@ -12,13 +19,16 @@ objects would not fit the memory budget at 20,000 pods.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
 
+from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.agent.ratelimit import backoff
 
@@ -47,6 +57,10 @@ class PodCache:
         self.lists = 0          # how many full LISTs were done (tests and metrics)
         self.watches = 0        # how many WATCH requests were opened
         self.listeners: list = []   # callables(name) run after every change, on the watch thread
+        self.last_event = 0.0       # time.time() of the last watch event, bookmark or LIST (cache age)
+        self.disrupted: dict[str, tuple[str, str]] = {}   # pod name -> (uid, DisruptionTarget reason) seen
+        # on_error(verb, exc): every failed LIST/WATCH request (the agent's API error metric)
+        self.on_error: Callable[[str, BaseException], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._resp = None
@@ -66,6 +80,8 @@ class PodCache:
         with self._lock:
             for name in [n for n, (_, t) in self.gone.items() if t < older_than]:
                 del self.gone[name]
+                if name not in self.pods:
+                    self.disrupted.pop(name, None)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -93,23 +109,36 @@ class PodCache:
                     self.relist()
                 self.watch_once()
                 failures = 0
-            except GoneError:
-                log.info("watch: resourceVersion %s expired (410); relisting", self.resource_version)
+            except GoneError as exc:
+                log.info("%s", fields(event="watch-expired", rv=self.resource_version, action="relist"))
+                self._error("watch", exc)
                 self.resource_version = None
             except Exception as exc:  # network errors, 5xx, timeouts: resume from the last version
                 if self._stop.is_set():
                     break
                 failures += 1
+                self._error("list" if self.resource_version is None else "watch", exc)
                 delay = backoff(failures, base=0.2, cap=10.0)
-                log.warning("watch: %s; retrying in %.1fs from resourceVersion %s", _short(exc), delay,
-                            self.resource_version)
+                log.warning("%s", fields(event="watch-failed", error=_short(exc), retry_s=round(delay, 1),
+                                         rv=self.resource_version))
                 self._stop.wait(delay)
+
+    def _error(self, verb: str, exc: BaseException) -> None:
+        if self.on_error is not None:
+            try:
+                self.on_error(verb, exc)
+            except Exception:  # noqa: S110 - a metrics hiccup must never stop the watch
+                pass
 
     # -- LIST --------------------------------------------------------------------------------------
 
     def relist(self) -> None:
-        """Replace the cache with a fresh LIST (paged)."""
-        items: list[dict] = []
+        """Replace the cache with a fresh LIST (paged).
+
+        Each page is summarised as it arrives, so the full pod objects of only one page are in
+        memory at a time (20,000 pods of ~6 KB JSON would otherwise peak at several hundred MB).
+        """
+        fresh: dict[str, PodInfo] = {}
         cont = None
         while True:
             kwargs = {"label_selector": self.selector, "limit": LIST_PAGE, "_preload_content": False,
@@ -120,31 +149,33 @@ class PodCache:
                 resp = self.api.list_pod_for_all_namespaces(**kwargs)
             except ApiException as exc:
                 if exc.status == 410 and cont:
-                    items, cont = [], None   # the continue token expired: start over
+                    fresh, cont = {}, None   # the continue token expired: start over
                     continue
                 raise
             body = json.loads(resp.data)
-            items.extend(body.get("items") or ())
+            for item in body.get("items") or ():
+                info = self._sticky(PodInfo.from_dict(item))
+                if info.name:
+                    fresh[info.name] = info
             meta = body.get("metadata") or {}
+            del body
             cont = meta.get("continue")
             if not cont:
                 rv = meta.get("resourceVersion") or ""
                 break
-        fresh = {}
-        for item in items:
-            info = PodInfo.from_dict(item)
-            if info.name:
-                fresh[info.name] = info
         with self._lock:
             # Pods that vanished between two LISTs get no tombstone: their last state here may
             # predate an eviction we never saw, so their fate is unknown (status.py handles that).
             for name in fresh:
                 self.gone.pop(name, None)
+            for name in [n for n in self.disrupted if n not in fresh and n not in self.gone]:
+                del self.disrupted[name]
             self.pods = fresh
             self.resource_version = rv
+            self.last_event = time.time()
         self.lists += 1
         self.ready.set()
-        log.info("listed %d pods at resourceVersion %s", len(fresh), rv)
+        log.info("%s", fields(event="relisted", pods=len(fresh), rv=rv))
         for listener in self.listeners:
             listener(None)
 
@@ -190,11 +221,12 @@ class PodCache:
                 raise GoneError()
             raise RuntimeError(f"watch error event: {obj.get('message') or obj}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
+        self.last_event = time.time()
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv
             return
-        info = PodInfo.from_dict(obj)
+        info = self._sticky(PodInfo.from_dict(obj))
         with self._lock:
             if kind == "DELETED":
                 self.pods.pop(info.name, None)
@@ -216,7 +248,7 @@ class PodCache:
         arrives. Versions are compared as integers when both are numeric (etcd revisions);
         otherwise the watch's copy wins.
         """
-        info = PodInfo.from_dict(pod)
+        info = self._sticky(PodInfo.from_dict(pod))
         if not info.name:
             return
         with self._lock:
@@ -224,6 +256,18 @@ class PodCache:
             if cur is None or _newer(info.resource_version, cur.resource_version):
                 self.pods[info.name] = info
                 self.gone.pop(info.name, None)
+
+
+    def _sticky(self, info: PodInfo) -> PodInfo:
+        """`info` with the DisruptionTarget evidence any earlier object of this pod showed."""
+        if info.disruption:
+            if self.disrupted.get(info.name) != (info.uid, info.disruption):
+                self.disrupted[info.name] = (info.uid, info.disruption)
+            return info
+        seen = self.disrupted.get(info.name) if self.disrupted else None
+        if seen is None or seen[0] != info.uid:      # another pod that reuses the name: no evidence
+            return info
+        return dataclasses.replace(info, disruption=seen[1])
 
 
 def _newer(a: str, b: str) -> bool:

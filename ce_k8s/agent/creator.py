@@ -31,6 +31,7 @@ import time
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s.agent import adtext
+from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.ratelimit import backoff
 from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_RETRY, CreateInfo
 from ce_k8s.pods.errors import PodBuildError
@@ -105,8 +106,9 @@ class Creator:
                 return
             try:
                 self.run(rec)
-            except Exception:
-                log.exception("create of pod %s failed unexpectedly", rec.pod_name)
+            except Exception as exc:
+                log.exception("%s", fields(event="create-crashed", job=rec.routed_job or "?", pod=rec.pod_name,
+                                           error=type(exc).__name__))
                 self._retry(rec, "internal error (see the agent log)")
 
     # -- one job ---------------------------------------------------------------------------------
@@ -148,10 +150,12 @@ class Creator:
         if rec.cleaned or text is None:
             rec.create.state = CREATE_DONE if rec.namespace else CREATE_NONE
             return
+        job = rec.routed_job or "?"
         try:
             built = self.build(text, adtext.unquote(adtext.scan(text).get("owner")) or "", rec.caller_uid)
         except PodBuildError as exc:
-            log.warning("pod %s: build failed: %s", rec.pod_name, exc)
+            log.warning("%s", fields(event="build-failed", job=job, pod=rec.pod_name, code=exc.code,
+                                     error=exc.message))
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             return
         if built.name != rec.pod_name:
@@ -160,24 +164,26 @@ class Creator:
             return
         rec.namespace = built.namespace
         try:
-            pod = self.create_pod(built)
+            pod = self.create_pod(built, job)
             if built.secret is not None:
                 self.ensure_secret(built, pod)
         except Temporary as exc:
-            log.info("pod %s: %s; will retry", rec.pod_name, exc)
             self._retry(rec, str(exc))
+            log.info("%s", fields(event="create-delayed", job=job, pod=rec.pod_name, error=str(exc),
+                                  attempt=rec.failures, retry_s=round(rec.next_try - time.time(), 1)))
             return
         except Permanent as exc:
-            log.warning("pod %s: %s", rec.pod_name, exc.message)
+            log.warning("%s", fields(event="create-refused", job=job, pod=rec.pod_name, code=exc.code,
+                                     error=exc.message))
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             if exc.code == "secret-create-failed":
-                agent._delete_async(_Named(built.name, built.namespace))
+                agent._delete_async(_Named(built.name, built.namespace), why="hold", job=job)
             return
         agent.cache.observe(pod)
         rec.failures = 0
         rec.create = CreateInfo(CREATE_DONE)
         if rec.cleaned:        # cleanup arrived while we were creating: undo at once
-            agent._delete_async(_Named(built.name, built.namespace))
+            agent._delete_async(_Named(built.name, built.namespace), why="cleanup", job=job)
 
     def _retry(self, rec, message: str) -> None:
         rec.failures += 1
@@ -185,18 +191,29 @@ class Creator:
         rec.create = CreateInfo(CREATE_RETRY, message=message)
 
     def _call(self, what: str, fn, *args, **kwargs):
+        """One API call under the QPS budget; failures counted by verb, resource and code (metrics).
+        A 409 on create is the normal "exists, adopt" answer, not an error."""
         agent = self.agent
         if not agent.bucket.acquire(agent.stop_event):
             raise Temporary("agent stopping")
-        return fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs)
+        try:
+            return fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs)
+        except Exception as exc:
+            verb, _, resource = what.partition(" ")
+            if not (verb == "create" and getattr(exc, "status", None) == 409):
+                agent.prom.api_error(verb, resource + "s", exc)
+            raise
 
-    def create_pod(self, built) -> dict:
+    def create_pod(self, built, job: str = "?") -> dict:
         """Create the pod, or adopt an existing one that is provably the same job's."""
         core = self.agent.core
         try:
+            t0 = time.monotonic()
             resp = self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod)
+            self.agent.prom.create_seconds.observe(time.monotonic() - t0)
+            self.agent.prom.pods_created.inc()
             self.agent.metrics["creates"] += 1
-            log.info("created pod %s/%s", built.namespace, built.name)
+            log.info("%s", fields(event="pod-created", job=job, pod=built.name, namespace=built.namespace))
             return json.loads(resp.data)
         except ApiException as exc:
             if exc.status != 409:
@@ -206,7 +223,7 @@ class Creator:
         except Exception as exc:      # timeouts: the server may have created it; the retry will tell
             raise classify(exc, "create pod") from exc
         try:
-            existing = json.loads(self._call("read pod", core.read_namespaced_pod, built.name, built.namespace).data)
+            existing = json.loads(self._call("get pod", core.read_namespaced_pod, built.name, built.namespace).data)
         except Exception as exc:
             raise classify(exc, "read existing pod") from exc
         want = built.pod["metadata"].get("annotations") or {}
@@ -216,7 +233,8 @@ class Creator:
                 raise Permanent("admission-denied", f"pod {built.name} already exists for another job or "
                                                     f"owner ({key} differs); not touched")
         self.agent.metrics["adopted"] += 1
-        log.info("adopted existing pod %s/%s", built.namespace, built.name)
+        self.agent.prom.pods_adopted.inc()
+        log.info("%s", fields(event="pod-adopted", job=job, pod=built.name, namespace=built.namespace))
         return existing
 
     def ensure_secret(self, built, pod: dict) -> None:

@@ -4,8 +4,9 @@ Why not the pip console scripts (`ce-k8s-update` ...): those run with `site` (th
 files, ~10 ms) and import `re`; the router forks the update hook once per job per poll
 (jobrouter-protocol.md §8), so the launcher skips `site` (`-S`), ignores the caller's
 `PYTHON*` environment (`-I`), and puts just the directory holding `ce_k8s` on `sys.path`.
-The console scripts remain a working fallback. The installer also bakes in the socket path and
-hook deadline as defaults; `CE_K8S_SOCKET` / `CE_K8S_HOOK_TIMEOUT` in the environment still win.
+The console scripts remain a working fallback. The installer also bakes in the socket path, the
+hook deadline and the CE spool (finalize's fallback) as defaults; `CE_K8S_SOCKET` /
+`CE_K8S_HOOK_TIMEOUT` / `CE_K8S_SPOOL` in the environment still win.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, {root!r})
 from ce_k8s import protocol
 protocol.DEFAULT_SOCKET = {socket!r}
 protocol.DEFAULT_HOOK_TIMEOUT = {timeout!r}
+protocol.DEFAULT_SPOOL = {spool!r}
 from {module} import main
 sys.exit(main())
 """
@@ -38,7 +40,8 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None) -> list[str]:
+def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None,
+                  spool: str | None = None) -> list[str]:
     """Write the launchers (mode 0755) into `directory` and return their paths.
 
     The router silently ignores a hook whose file or directory is world-writable
@@ -51,7 +54,7 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     for name, module in HOOKS.items():
         path = os.path.join(directory, name)
         text = TEMPLATE.format(python=python or sys.executable, root=package_root(), socket=socket_path,
-                               timeout=float(hook_timeout), module=module)
+                               timeout=float(hook_timeout), module=module, spool=spool)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -3,7 +3,8 @@
     ce-k8s agent [--config PATH] [--kubeconfig FILE] [--socket PATH] [--spool DIR]
     ce-k8s agent --install-hooks DIR [--socket PATH]
 
-Settings come from the CE's HTCondor configuration (`CE_K8S_*` knobs, DESIGN decision 9);
+Settings come from the CE's HTCondor configuration (`CE_K8S_*` knobs, DESIGN decision 9), plus
+the agent-only knobs of `ce_k8s.agent.options` (output directory and size, metrics address);
 the options override the knobs. Credentials: `--kubeconfig`, else `CE_K8S_KUBECONFIG` (knob or
 environment), else the in-cluster service account. `--install-hooks` writes the four fast hook
 launchers (see `ce_k8s.agent.launchers`) and exits.
@@ -35,13 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_settings(config: str | None):
-    """Settings from `--config`, else `$CONDOR_CONFIG`, else the shipped defaults."""
+    """(Settings, AgentOptions) from `--config`, else `$CONDOR_CONFIG`, else the shipped defaults."""
+    from ce_k8s.agent.options import AgentOptions
     from ce_k8s.condor.config import CondorConfig
     from ce_k8s.settings import Settings
 
     path = config or os.environ.get("CONDOR_CONFIG") or None
     cfg = CondorConfig.load(path)
-    return Settings.from_config(cfg)
+    return Settings.from_config(cfg), AgentOptions.from_config(cfg)
 
 
 def api_client_for(kubeconfig: str | None):
@@ -58,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         logging.getLogger("ce_k8s").setLevel(logging.INFO)
     try:
-        settings = load_settings(args.config)
-    except Exception as exc:   # ConfigError / SettingsError carry file:line
+        settings, options = load_settings(args.config)
+    except Exception as exc:   # ConfigError / SettingsError / OptionsError carry file:line
         print(f"ce-k8s agent: {exc}", file=sys.stderr)
         return 2
     overrides = {k: v for k, v in (("socket", args.socket), ("spool", args.spool)) if v}
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         from ce_k8s.agent.launchers import install_hooks
 
         for path in install_hooks(args.install_hooks, socket_path=settings.socket,
-                                  hook_timeout=settings.hook_timeout):
+                                  hook_timeout=settings.hook_timeout, spool=settings.spool):
             print(path)
         return 0
 
@@ -87,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, lambda *_: done.set())
-    agent = Agent(settings, api_client)
+    try:
+        agent = Agent(settings, api_client, options=options)
+    except OSError as exc:      # the output directory is unusable (OutputDirError says why)
+        print(f"ce-k8s agent: {exc}", file=sys.stderr)
+        return 2
     try:
         agent.start(wait_ready=None)
     except OSError as exc:

@@ -8,6 +8,7 @@ costs a few hundred bytes, and the update path then reads plain attributes (DESI
 from __future__ import annotations
 
 import calendar
+import sys
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ LABEL_CE = "ce-k8s.htcondor.org/ce"
 LABEL_OWNER = "ce-k8s.htcondor.org/owner"
 LABEL_JOB = "ce-k8s.htcondor.org/job"
 LABEL_ATTEMPT = "ce-k8s.htcondor.org/attempt"
+LABEL_ROUTE = "ce-k8s.htcondor.org/route"
+ANN_ROUTED_FROM = "ce-k8s.htcondor.org/routed-from"
 ANN_GLOBAL_JOB_ID = "ce-k8s.htcondor.org/global-job-id"
 ANN_OWNER = "ce-k8s.htcondor.org/owner"
 MANAGER = "ce-k8s"
@@ -67,6 +70,9 @@ class PodInfo:
     memory_limit: str            # first container's memory limit, for the OOM hold text
     deadline: int | None         # spec.activeDeadlineSeconds
     secrets: tuple[str, ...]     # Secret volumes (for explicit deletion)
+    route: str = ""              # route label (metrics, `list`); interned: a few distinct values
+    source_job: str = ""         # routed-from annotation, else the job label ("cluster.proc")
+    attempt: int = 0             # attempt label
 
     @property
     def finished(self) -> bool:
@@ -151,7 +157,17 @@ class PodInfo:
             memory_limit=str(limits.get("memory") or "?"),
             deadline=spec.get("activeDeadlineSeconds"),
             secrets=secrets,
+            route=sys.intern(str(labels.get(LABEL_ROUTE) or "")),
+            source_job=str(ann.get(ANN_ROUTED_FROM) or labels.get(LABEL_JOB) or ""),
+            attempt=_int(labels.get(LABEL_ATTEMPT)),
         )
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def _join(reason: object, message: object) -> str:

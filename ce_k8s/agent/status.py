@@ -194,8 +194,8 @@ def decide(
     return Decision(attrs)
 
 
-def _finished(job: JobView, pod: PodInfo) -> Decision:
-    """Succeeded or Failed: completed with the container's exit code, unless it failed by name."""
+def _finish_hold(pod: PodInfo) -> Decision | None:
+    """The hold a finished pod gets instead of completion (failures with a name), or None."""
     if pod.term_reason == "OOMKilled":
         return Decision(_held("oom-killed", pod, pod=pod.name, limit=pod.memory_limit))
     if pod.reason == "DeadlineExceeded":
@@ -206,6 +206,26 @@ def _finished(job: JobView, pod: PodInfo) -> Decision:
     if pod.phase == "Failed" and pod.exit_code is None:
         return Decision(_held("container-crashed", pod, pod=pod.name,
                               message=_one_line(f"{pod.reason}: {pod.message}" if pod.reason else pod.message)))
+    return None
+
+
+def completes(pod: PodInfo) -> bool:
+    """Whether `decide` maps this pod to a completed job (so finalize will want its output).
+
+    The agent saves the output of exactly these pods before it reports `JobStatus = 4`.
+    """
+    if not pod.finished or _evicted(pod) is not None:
+        return False
+    if pod.phase == "Failed" and pod.reason == "Evicted" and "ephemeral" in pod.message.lower():
+        return False
+    return _finish_hold(pod) is None
+
+
+def _finished(job: JobView, pod: PodInfo) -> Decision:
+    """Succeeded or Failed: completed with the container's exit code, unless it failed by name."""
+    hold = _finish_hold(pod)
+    if hold is not None:
+        return hold
     finished = pod.finished_at or pod.started_at or pod.start_time or pod.created or 0
     started = pod.started_at or pod.start_time or finished
     attrs = _pod_attrs(pod)

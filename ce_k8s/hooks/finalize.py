@@ -11,8 +11,16 @@ bytes over the socket):
   the write;
 * `Out`/`Err` relative to the source job's `Iwd`, as the schedd resolves them.
 
-Exit status is always 0: a non-zero exit re-runs the whole pilot (another pod, §2.4), which is
-never better than a missing log. Every problem is reported on stderr (the JobRouterLog) instead.
+The agent saved the log before it reported completion (`ce_k8s/agent/output.py`), so the pod
+need not exist any more. If the agent cannot be reached (restarting, overloaded), the call is
+retried with back-off until the hook's deadline (`CE_K8S_HOOK_TIMEOUT`).
+
+Exit status is always 0: a non-zero exit re-runs the whole pilot (RerouteJob, another pod, §2.4),
+and a re-run never brings the lost log back; it costs a pilot slot and produces another pilot's
+log instead (docs/install.md, "Output return", says why exit 0 is the milder outcome). When the
+output cannot be had, the hook still creates an empty `Out` (so stage-out finds a file) and puts a
+one-line `ce-k8s:` note into `Err` saying why; every problem is also reported on stderr (the
+JobRouterLog).
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ from ce_k8s import protocol
 from ce_k8s.hooks._common import arm_deadline, log, read_stdin, scan_attrs, unquote
 
 _SRC_ATTRS = frozenset({"iwd", "out", "err", "clusterid", "procid"})
+# Retried agent answers: it may be restarting (connection refused, socket missing), still
+# listing pods (`busy`), or hit a transient error. `denied`/`notfound`/`bad` are final.
+_RETRY_STATUSES = frozenset({protocol.STATUS_BUSY, protocol.STATUS_ERROR})
+FIRST_DELAY = 0.2
+MAX_DELAY = 2.0
 
 
 class UnsafePath(Exception):
@@ -48,8 +61,9 @@ def _target(iwd: str | None, name: str | None, root: str) -> list[str] | None:
     return parts
 
 
-def open_in_spool(root: str, parts: list[str]) -> int:
-    """Open root/parts... for writing (create, truncate) without following any symlink below root."""
+def open_in_spool(root: str, parts: list[str], truncate: bool = True) -> int:
+    """Open root/parts... for writing (create; truncate unless told not to) without following any
+    symlink below root."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for component in parts[:-1]:
@@ -60,8 +74,8 @@ def open_in_spool(root: str, parts: list[str]) -> int:
             os.close(fd)
             fd = nfd
         try:
-            return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           0o644, dir_fd=fd)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+            return os.open(parts[-1], flags, 0o644, dir_fd=fd)
         except OSError as exc:
             raise UnsafePath(f"file {parts[-1]!r}: {exc.strerror}") from exc
     finally:
@@ -85,8 +99,63 @@ def _split(text: str) -> tuple[str, str] | None:
     return None
 
 
+def call_with_retries(path: str, payload: bytes, deadline: float, job: str) -> protocol.Reply | None:
+    """The agent's `logs` reply, retrying unreachable/busy/error answers until `deadline`; None if
+    it never answered usefully. The last ~10% of the time (at most 1 s) is kept for the transfer."""
+    reserve = min(1.0, (deadline - time.monotonic()) * 0.1)
+    delay = FIRST_DELAY
+    attempt = 0
+    while True:
+        attempt += 1
+        problem = ""
+        try:
+            reply = protocol.call(path, protocol.VERB_LOGS, payload, deadline)
+        except (OSError, protocol.ProtocolError) as exc:
+            problem = f"unreachable ({exc})"
+        else:
+            if reply.status not in _RETRY_STATUSES:
+                return reply
+            message = reply.read_part(0).decode("utf-8", "replace") if reply.lengths else ""
+            reply.close()
+            problem = f"answered {reply.status}: {message}"
+        if time.monotonic() + delay >= deadline - reserve:
+            log(f"job {job}: agent at {path} {problem}; gave up after {attempt} attempt(s)")
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, MAX_DELAY)
+
+
+def _note_missing(iwd: str | None, out_name: str | None, err_name: str | None, root: str | None,
+                  why: str, job: str) -> None:
+    """No output to return: create `Out` if it is missing (never truncate) and say why in `Err`.
+
+    Only below the CE spool (`root`, else `protocol.hook_spool()`), with the same no-symlink rule
+    as a normal write; when the spool is unknown nothing is written (the JobRouterLog has the
+    reason).
+    """
+    base = root or protocol.hook_spool()
+    if not base:
+        return
+    base = os.path.realpath(base)
+    note = f"ce-k8s: the pilot's output could not be returned: {why}\n".encode()
+    for name, data in ((out_name, b""), (err_name, note)):
+        try:
+            parts = _target(iwd, name, base)
+            if parts is None:
+                continue
+            fd = open_in_spool(base, parts, truncate=bool(data))
+        except (UnsafePath, OSError) as exc:
+            log(f"job {job}: not writing {name!r}: {exc}")
+            continue
+        try:
+            _writer(fd)(data)
+        finally:
+            os.close(fd)
+
+
 def finalize(data: bytes, path: str, timeout: float) -> None:
     """Fetch the pod logs from the agent and write them; raises nothing the caller must handle."""
+    deadline = time.monotonic() + timeout
     halves = _split(data.decode("utf-8", "surrogateescape"))
     if halves is None:
         log("stdin has no '------' separator; nothing written")
@@ -96,16 +165,17 @@ def finalize(data: bytes, path: str, timeout: float) -> None:
     iwd, out_name, err_name = (unquote(src.get(k)) for k in ("iwd", "out", "err"))
     if not out_name and not err_name:
         return
-    try:
-        reply = protocol.call(path, protocol.VERB_LOGS, halves[1].encode("utf-8", "surrogateescape"),
-                              time.monotonic() + timeout)
-    except (OSError, protocol.ProtocolError) as exc:
-        log(f"job {job}: agent at {path} unreachable ({exc}); pod output not returned")
+    reply = call_with_retries(path, halves[1].encode("utf-8", "surrogateescape"), deadline, job)
+    if reply is None:
+        _note_missing(iwd, out_name, err_name, None, "the ce-k8s agent was unreachable at finalize", job)
         return
     try:
         if reply.status != protocol.STATUS_OK or len(reply.lengths) != 3:
             message = reply.read_part(0).decode("utf-8", "replace") if reply.lengths else ""
             log(f"job {job}: agent answered {reply.status}: {message}; pod output not returned")
+            if reply.status == protocol.STATUS_NOTFOUND:
+                _note_missing(iwd, out_name, err_name, None, "neither the pod nor a saved copy of its log exists",
+                              job)
             return
         root = os.path.realpath(reply.read_part(0).decode("utf-8", "surrogateescape"))
         targets = []

@@ -71,6 +71,7 @@ def test_running_then_completed_then_cleanup(agent, server, settings):
     set_status(server, {"phase": "Succeeded", "containerStatuses": [{"name": "pilot", "state": {"terminated": {
         "exitCode": 0, "startedAt": "2025-10-09T08:55:00Z", "finishedAt": "2025-10-09T09:05:00Z"}}}]})
     wait(lambda: agent.cache.get(NAME).phase == "Succeeded")
+    wait(lambda: agent.output.has(NAME))      # completion waits for the saved log (test_output.py)
     out = update(agent, ad)
     assert out["JobStatus"] == 4 and out["ExitCode"] == 0 and out["JobFinishedHookDone"] == 1760000700
     assert out["RemoteWallClockTime"] == 600

@@ -6,7 +6,8 @@ launchers, the shipped routes) with every pilot's proxy and token holding a uniq
 every place an operator or another tenant can read is searched for the marker: the agent's log,
 every log record of the in-process components, every hook's stdin/stdout/stderr, every API
 object except the Secrets themselves (pods, events, ...), the pod logs, the routed and source job
-ads, the demo summary, and the output of `ce-k8s route` for the same pilot.
+ads, the demo summary, the agent's Prometheus metrics, and the output of `ce-k8s route` for the
+same pilot.
 """
 
 from __future__ import annotations
@@ -89,9 +90,27 @@ def _collect(bed: MarkedBed, records: list[logging.LogRecord]) -> dict[str, str]
     for job, ad in bed.schedd.items():
         out[f"job ad {job}"] = wire.sprint_ad(ad)
     out["summary"] = json.dumps(bed.summary())
+    out["agent metrics"] = _scrape(bed.metrics_port)
     for o in bed.outcomes.values():
         out[f"staged out {o.job}"] = (o.stdout + o.stderr).decode(errors="replace")
     return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode(errors="replace")
+    assert "ce_k8s_hook_requests_total" in text      # a real scrape, or the search proves nothing
+    return text
 
 
 @pytest.fixture
@@ -115,7 +134,9 @@ def records():
 def test_demo_run_never_shows_proxy_or_token_contents(records):
     """Full demo path, one evicted pilot and one failing pilot included; the marker appears in no
     output other than the Secrets, which must hold it (or the test would prove nothing)."""
-    bed = MarkedBed(seed=3, time_scale=0.02)
+    port = _free_port()
+    bed = MarkedBed(seed=3, time_scale=0.02, extra_config=f"CE_K8S_METRICS_ADDRESS = 127.0.0.1:{port}\n")
+    bed.metrics_port = port
     try:
         bed.start()
         bed.router.record_io = True

@@ -80,3 +80,67 @@ def test_runs_as_job_owner(user_hook_dir, stub_agent, shared_tmp, pilot_user):
     assert res.returncode == 0, res.stderr
     assert (iwd / "_condor_stdout").stat().st_uid == pilot_user.pw_uid
     assert stub_agent.requests[-1][2] == pilot_user.pw_uid     # SO_PEERCRED sees the owner
+
+
+def test_agent_restarting_is_retried_within_the_deadline(hook_dir, shared_tmp):
+    """The agent is down when finalize starts and back 1.5 s later: the output still arrives
+    (jobrouter-protocol.md §2.4: the hook has no second chance, so it retries within its deadline)."""
+    import threading
+
+    from .conftest import StubAgent
+
+    spool, iwd = setup_spool(shared_tmp)
+    sock = str(shared_tmp / "late.sock")
+    agents = []
+
+    def come_back():
+        agent = StubAgent(sock)
+        agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"late but complete\n", b""])
+        agents.append(agent)
+    timer = threading.Timer(1.5, come_back)
+    timer.start()
+    try:
+        res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": sock, "CE_K8S_HOOK_TIMEOUT": "8"})
+    finally:
+        timer.join()
+        for a in agents:
+            a.close()
+    assert res.returncode == 0, res.stderr
+    assert (iwd / "_condor_stdout").read_bytes() == b"late but complete\n"
+
+
+def test_busy_agent_is_retried(hook_dir, stub_agent, tmp_path):
+    """`busy` (the agent still lists pods after a restart) is worth another try; §2.4 gives none."""
+    import threading
+    import time
+
+    spool, iwd = setup_spool(tmp_path)
+    stub_agent.reply = (protocol.STATUS_BUSY, [b"agent is still listing pods"])
+
+    def switch():
+        while not stub_agent.requests:
+            time.sleep(0.01)
+        stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"out", b"err"])
+    t = threading.Thread(target=switch)
+    t.start()
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": stub_agent.path})
+    t.join()
+    assert res.returncode == 0 and len(stub_agent.requests) >= 2
+    assert (iwd / "_condor_stdout").read_bytes() == b"out"
+
+
+def test_agent_never_reachable_exits_zero_with_empty_out_and_a_note(hook_dir, tmp_path):
+    """The milder outcome of §2.4 (docs/install.md "Output return"): exit 0, the pilot is not re-run;
+    `Out` exists (empty) for stage-out and `Err` says why."""
+    import time
+
+    spool, iwd = setup_spool(tmp_path)
+    t0 = time.monotonic()
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": str(tmp_path / "none.sock"),
+                                                         "CE_K8S_HOOK_TIMEOUT": "2", "CE_K8S_SPOOL": str(spool)})
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 0 and res.stdout == b""
+    assert 1.0 < elapsed < 4.0                       # it did retry, and it stayed within its deadline
+    assert (iwd / "_condor_stdout").read_bytes() == b""
+    assert b"agent was unreachable" in (iwd / "_condor_stderr").read_bytes()
+    assert b"gave up" in res.stderr

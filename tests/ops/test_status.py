@@ -93,7 +93,7 @@ def test_status_shows_an_evicted_pilot_as_idle_with_the_next_attempt(host):
 def test_status_exits_1_when_the_api_is_unreachable(host, tmp_path):
     bad = tmp_path / "kubeconfig"
     bad.write_text(open(host.kubeconfig).read().replace(host.server.url, "http://127.0.0.1:9"))
-    code, out = run_cli("status", "--config", str(host.config_dir), "--kubeconfig", str(bad))
+    code, out = run_cli("status", "--config", str(host.config_dir), "--kubeconfig", str(bad), "--source", "api")
     assert code == 1 and out == ""
 
 
@@ -133,12 +133,20 @@ def test_status_uses_the_agents_list_when_the_protocol_offers_it(host, monkeypat
     assert got["routed_job"] == "1100.0" and got["age"] > 0
 
 
-def test_status_falls_back_to_the_api_when_the_agent_cannot_list(host, monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(protocol, "VERB_LIST", "list", raising=False)
-    monkeypatch.setattr(protocol, "VERBS", protocol.VERBS | {"list"})
+def test_status_falls_back_to_the_api_when_the_agent_cannot_list(host, tmp_path, capsys):
+    """An older agent that does not know the verb answers "bad": status asks the API instead."""
+    from concurrent.futures import ThreadPoolExecutor
+
     host.submit(9)
-    # the running agent does not know the verb: it answers "bad"
-    doc = _pilots(host)
+    pool = ThreadPoolExecutor(1)
+    sock = tmp_path / "old-agent.sock"
+    server = HookServer(str(sock), lambda verb, payload, uid: ("bad", [b"unknown verb"]), pool)
+    server.start()
+    try:
+        doc = _pilots(host, "--socket", str(sock))
+    finally:
+        server.stop()
+        pool.shutdown()
     assert doc["source"].startswith("api ")
     assert [r["source_job"] for r in doc["pilots"]] == ["9.0"]
     assert "asking the Kubernetes API instead" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""The agent's own knobs: where it keeps pod output, how much of it, and where it serves metrics.
+
+Why not in `ce_k8s.settings.Settings`: these three only matter to the agent process (the pod
+builder, the information provider and the CLI never read them), so they live with it; they are
+HTCondor knobs all the same (DESIGN decision 9), read from the CE's configuration by
+`ce-k8s agent` and shown by `condor_ce_config_val`.
+
+| knob | default | meaning |
+|---|---|---|
+| `CE_K8S_OUTPUT_DIR` | `<parent of CE_K8S_SPOOL>/ce-k8s-output` | agent-owned 0700 directory for saved pod logs |
+| `CE_K8S_MAX_OUTPUT_BYTES` | 16 MiB | bytes kept per stream (stdout, stderr) of each pod |
+| `CE_K8S_METRICS_ADDRESS` | `127.0.0.1:9620` | Prometheus endpoint `host:port`; empty = off |
+
+An in-process `Agent` (tests, bench) built without options serves no metrics: several agents
+in one test run must not fight over a port.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ce_k8s.condor.config import ConfigError
+
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9620"
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+MAX_OUTPUT_BYTES_LIMIT = 1024 * 1024 * 1024
+
+
+class OptionsError(ConfigError, ValueError):
+    """A bad agent knob; `str()` is `file:line: KNOB: message` like every ConfigError."""
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """The agent-only knobs (see the module docstring)."""
+
+    output_dir: str = ""                          # "" = default_output_dir(spool)
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    metrics_address: str = ""                     # "" = no metrics endpoint
+
+    @classmethod
+    def from_config(cls, cfg) -> AgentOptions:
+        """Read the knobs from a CondorConfig; a bad value raises OptionsError naming file and line."""
+        def fail(knob: str, message: str) -> OptionsError:
+            origin = cfg.origin(knob)
+            return OptionsError(getattr(origin, "file", "<config>"), getattr(origin, "line", 0),
+                                f"{knob}: {message}")
+
+        out_dir = (cfg.get("CE_K8S_OUTPUT_DIR") or "").strip()
+        if out_dir and not os.path.isabs(out_dir):
+            raise fail("CE_K8S_OUTPUT_DIR", f"{out_dir!r} is not an absolute path")
+        raw = (cfg.get("CE_K8S_MAX_OUTPUT_BYTES") or "").strip()
+        max_bytes = DEFAULT_MAX_OUTPUT_BYTES
+        if raw:
+            try:
+                max_bytes = int(raw)
+            except ValueError:
+                raise fail("CE_K8S_MAX_OUTPUT_BYTES", f"{raw!r} is not an integer") from None
+            if not 0 <= max_bytes <= MAX_OUTPUT_BYTES_LIMIT:
+                raise fail("CE_K8S_MAX_OUTPUT_BYTES", f"{max_bytes} is outside 0..{MAX_OUTPUT_BYTES_LIMIT}")
+        # Defined but empty means "off"; undefined means the default (raw() tells them apart).
+        if cfg.raw("CE_K8S_METRICS_ADDRESS") is None:
+            metrics = DEFAULT_METRICS_ADDRESS
+        else:
+            metrics = (cfg.get("CE_K8S_METRICS_ADDRESS") or "").strip()
+        if metrics:
+            try:
+                parse_address(metrics)
+            except ValueError as exc:
+                raise fail("CE_K8S_METRICS_ADDRESS", str(exc)) from None
+        return cls(output_dir=out_dir, max_output_bytes=max_bytes, metrics_address=metrics)
+
+
+def default_output_dir(spool: str) -> str:
+    """Next to the CE spool (`/var/lib/condor-ce/ce-k8s-output`): on the same persistent disk,
+    writable by the CE's service account, and outside the directories the pilots' hooks write."""
+    return os.path.join(os.path.dirname(os.path.normpath(spool)) or "/", "ce-k8s-output")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`host:port`, `[v6]:port` or `:port` (all interfaces) → (host, port); ValueError otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "0.0.0.0", int(port)  # noqa: S104 - ":port" is an explicit admin choice

@@ -1,0 +1,184 @@
+"""Output return that survives pod deletion, agent restarts and an unreachable agent (issue 5 finding 2).
+
+References: jobrouter-protocol.md §2.3 (completion = `JobStatus = 4` + `JobFinishedHookDone` from
+the update hook), §2.4 (finalize: exit ≠ 0 re-runs the pilot, exit 0 finishes it), §2.5 (cleanup
+follows finalize); htcondor-ce.md §6.4 (the factory stages out `Out`/`Err`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ce_k8s import protocol
+from ce_k8s.agent.options import AgentOptions
+from ce_k8s.agent.output import OutputDirError, OutputStore
+from ce_k8s.condor import wire
+from ce_k8s.pods.names import pod_name
+
+from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+
+NAME = pod_name(GJID, 0)
+T0, T1 = "2025-10-09T08:55:00Z", "2025-10-09T09:05:00Z"
+
+
+def update(agent, ad):
+    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
+    assert status == protocol.STATUS_OK, parts
+    return apply_output(ad, parts[0])
+
+
+def finish(server, lines=(("stdout", "glidein ok\n"),), code=0, name=NAME):
+    """The kubelet's order: the log exists, then the container is reported terminated."""
+    server.store.logs[("default", name, "pilot")] = [("2025-10-09T09:00:00.000000000Z", s, t) for s, t in lines]
+
+    def done(pod):
+        pod["status"] = {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
+            {"name": "pilot", "state": {"terminated": {"exitCode": code, "startedAt": T0, "finishedAt": T1}}}]}
+    server.call(server.api.write, "pods", "default", name, done)
+
+
+def started(agent, server, settings, **extra):
+    ad = routed_ad(Path(settings.spool), **extra)
+    update(agent, ad)
+    wait(lambda: agent.cache.get(NAME))
+    return ad
+
+
+def logs(agent, ad, uid=0):
+    src = routed_ad(Path(agent.settings.spool), JobUniverse=5)
+    halves = wire.finalize_stdin(src, ad).split(b"\n------\n", 1)
+    return agent.handle(protocol.VERB_LOGS, halves[1], uid)
+
+
+def test_completion_is_reported_only_after_the_output_is_saved(agent, server, settings):
+    """§2.3/§2.4: once JobStatus = 4 is out, finalize follows; the log must be safe before that."""
+    gate = threading.Event()
+    real = agent.read_logs
+
+    def slow(pod, limit):
+        gate.wait(10)
+        return real(pod, limit)
+    agent.read_logs = slow
+    ad = started(agent, server, settings)
+    finish(server)
+    wait(lambda: agent.cache.get(NAME).phase == "Succeeded")
+    out = update(agent, ad)
+    assert "JobStatus" not in out and out["K8sPodReason"] == "saving the pod's output"
+    gate.set()
+    wait(lambda: agent.output.has(NAME))
+    out = update(agent, ad)
+    assert out["JobStatus"] == 4 and out["JobFinishedHookDone"] == 1760000700
+
+
+def test_saved_output_is_private_and_survives_pod_deletion_and_restart(server, settings):
+    first = new_agent(server, settings)
+    try:
+        ad = started(first, server, settings)
+        finish(server, lines=(("stdout", "line 1\n"), ("stderr", "warn\n"), ("stdout", "line 2\n")))
+        wait(lambda: first.output.has(NAME))
+        directory = first.output.directory
+    finally:
+        first.stop()
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    for entry in os.listdir(directory):
+        assert stat.S_IMODE(os.stat(os.path.join(directory, entry)).st_mode) == 0o600, entry
+    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
+    second = new_agent(server, settings)          # a restart: nothing but the directory is kept
+    try:
+        assert second.cache.get(NAME) is None
+        status, parts = logs(second, ad)
+        assert status == protocol.STATUS_OK
+        # The emulator ignores `stream=` (like Kubernetes < 1.32): stderr is merged into stdout.
+        assert parts[1] == b"line 1\nwarn\nline 2\n" and parts[2] == b""
+        assert parts[0] == settings.spool.encode()
+    finally:
+        second.stop()
+
+
+def test_output_is_cut_at_the_limit_with_a_note_in_err(server, settings):
+    agent = new_agent(server, settings, options=AgentOptions(max_output_bytes=10))
+    try:
+        ad = started(agent, server, settings)
+        finish(server, lines=(("stdout", "0123456789abcdef\n"),))
+        wait(lambda: agent.output.has(NAME))
+        status, parts = logs(agent, ad)
+        assert status == protocol.STATUS_OK and parts[1] == b"0123456789"
+        assert b"CE_K8S_MAX_OUTPUT_BYTES = 10" in parts[2]
+    finally:
+        agent.stop()
+
+
+def test_pod_gone_before_its_log_was_saved_completes_with_a_note(agent, server, settings):
+    """The pod vanished after finishing (seen by the watch): completion is not blocked for ever."""
+    agent.read_logs = lambda pod, limit: (_ for _ in ()).throw(RuntimeError("no API"))   # never saved live
+    ad = started(agent, server, settings)
+    finish(server)
+    wait(lambda: agent.cache.get(NAME).phase == "Succeeded")
+    agent.read_logs = type(agent).read_logs.__get__(agent)
+    agent._output_tries.clear()
+    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
+    wait(lambda: agent.cache.get(NAME) is None)
+    wait(lambda: update(agent, ad).get("JobStatus") == 4 or ad["JobStatus"] == 4)
+    status, parts = logs(agent, ad)
+    assert status == protocol.STATUS_OK and parts[1] == b""
+    assert b"could not be returned" in parts[2]
+
+
+def test_saved_output_of_another_owner_is_denied(agent, server, settings):
+    """A pilot account naming B's pod in an ad of its own gets nothing (docs/security.md)."""
+    started(agent, server, settings)
+    finish(server)
+    wait(lambda: agent.output.has(NAME))
+    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
+    wait(lambda: agent.cache.get(NAME) is None)
+    thief = routed_ad(Path(settings.spool), owner="intruder")
+    status, _ = logs(agent, thief)
+    assert status == protocol.STATUS_DENIED
+
+
+def test_cleanup_removes_the_saved_output(agent, server, settings):
+    ad = started(agent, server, settings)
+    finish(server)
+    wait(lambda: agent.output.has(NAME))
+    agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert not agent.output.has(NAME)
+    assert not any(e.startswith(NAME) for e in os.listdir(agent.output.directory))
+
+
+def test_output_dir_must_be_the_agents_and_private(tmp_root):
+    d = tmp_root / "out"
+    d.mkdir(mode=0o755)
+    OutputStore(str(d), 100)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700          # opened up by someone: closed again
+    link = tmp_root / "link"
+    link.symlink_to(d)
+    with pytest.raises(OutputDirError):
+        OutputStore(str(link), 100)
+    other = tmp_root / "other"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    with pytest.raises(OutputDirError):
+        OutputStore(str(other), 100)
+
+
+def test_store_refuses_names_that_leave_the_directory(tmp_root):
+    store = OutputStore(str(tmp_root / "out"), 100)
+    for bad in ("../x", "a/b", "", ".."):
+        with pytest.raises(ValueError):
+            store.save(bad, uid="u", namespace="n", owner="o", global_job_id="g", out=b"", err=b"", split=False)
+    assert not store.remove("../out")
+
+
+def test_prune_drops_old_entries_of_gone_pods_only(tmp_root):
+    store = OutputStore(str(tmp_root / "out"), 100)
+    for name in ("old-gone", "old-live"):
+        store.save(name, uid="u", namespace="n", owner="o", global_job_id="g", out=b"x", err=b"", split=False)
+    assert store.prune(time.time() + 1, keep={"old-live"}) == ["old-gone"]
+    assert store.has("old-live") and not store.has("old-gone")
+    assert OutputStore(str(tmp_root / "out"), 100).has("old-live")     # the index is rebuilt from disk
