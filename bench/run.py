@@ -1,0 +1,152 @@
+"""Run every ce-k8s benchmark and print one JSON object (issue 7; figures in docs/performance.md).
+
+    python bench/run.py [--quick] [--json] [--only NAME ...]
+
+Run it with the project's venv python (`.venv/bin/python bench/run.py`): the reference figure
+`python_bare_ms_p50` is a `python -S -c pass` of the same interpreter.
+
+Benchmarks (each in its own process, so one's threads, GIL and memory do not colour another's):
+
+| name     | script                    | figures                                                        |
+|----------|---------------------------|----------------------------------------------------------------|
+| agent    | bench/bench_agent.py      | hook_update_ms_*, python_bare_ms_p50, hook_overhead_ratio,      |
+|          |                           | agent_update_us_*, agent_rss_mb (20,000 pods)                  |
+| pipeline | bench/bench_pipeline.py   | pipeline_pilots_per_s, api_calls_per_pilot,                    |
+|          |                           | hook_spawns_per_pilot, python_bare_cpu_s, pipeline_efficiency  |
+| info     | bench/bench_info.py       | info_ms (5,000 nodes, 100,000 pods)                            |
+
+`--quick` keeps the CE-scale sizes where they define the figure (20,000 pods, the 5,000-node
+dump) and cuts sample counts and the pipeline to 400 pilots: under 2 minutes here. The full
+run (2,000 pilots) takes under 15. `CE_K8S_BENCH_SCALE=0.01` shrinks every size (the smoke test
+uses it to prove the benchmarks run; such figures mean nothing). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import PYTHON, bench_env, cores, progress, scale, scaled  # noqa: E402 - run from a checkout
+
+# Figures every run must produce (the smoke test checks exactly these).
+REQUIRED = (
+    "python_bare_ms_p50", "hook_update_ms_p50", "hook_update_ms_p99", "hook_overhead_ratio",
+    "agent_update_us_p50", "agent_update_us_p99", "agent_rss_mb",
+    "pipeline_pilots_per_s", "api_calls_per_pilot", "hook_spawns_per_pilot", "python_bare_cpu_s",
+    "pipeline_efficiency", "info_ms",
+)
+
+# Issue 7 targets: (figure, comparison, value).
+TARGETS = (
+    ("hook_overhead_ratio", "<=", 1.6),
+    ("agent_update_us_p99", "<=", 500.0),
+    ("agent_rss_mb", "<=", 300.0),
+    ("pipeline_pilots_per_s", ">=", 25.0),
+    ("pipeline_efficiency", ">=", 0.5),
+    ("api_calls_per_pilot", "<=", 4.0),
+    ("info_ms", "<=", 1000.0),
+)
+
+
+def plan(quick: bool) -> dict[str, list[str]]:
+    """Arguments for each benchmark script, from --quick and CE_K8S_BENCH_SCALE."""
+    return {
+        "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 400, 5)),
+                  "--agent-rounds", "2"],
+        "pipeline": ["--pilots", str(scaled(400 if quick else 2000, 10))],
+        "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
+                 "--repeat", "1" if quick else "3"],
+    }
+
+
+SCRIPTS = {"agent": "bench_agent.py", "pipeline": "bench_pipeline.py", "info": "bench_info.py"}
+_CURRENT: list[subprocess.Popen] = []     # the benchmark process running now, for SIGTERM
+
+
+def _terminate(_signum, _frame) -> None:
+    """On SIGTERM, let the running benchmark stop its test bed (it unwinds on SIGTERM), then exit."""
+    for proc in _CURRENT:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    raise SystemExit(143)
+
+
+def run_one(name: str, args: list[str]) -> dict[str, float]:
+    """Run one benchmark script with --json; its stderr (progress) passes through."""
+    argv = [PYTHON, str(HERE / SCRIPTS[name]), *args, "--json"]
+    progress(f"run: {name}: {' '.join(argv[1:])}")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=bench_env())
+    _CURRENT[:] = [proc]
+    try:
+        out, _ = proc.communicate()
+    finally:
+        _CURRENT.clear()
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark {name} exited {proc.returncode}")
+    lines = out.decode().strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"benchmark {name} printed nothing")
+    result = json.loads(lines[-1])
+    progress(f"run: {name} done in {time.monotonic() - t0:.0f} s")
+    return result
+
+
+def verdicts(figures: dict[str, float]) -> dict[str, float]:
+    """`met_<figure>`: 1 when the issue-7 target is met, 0 when not (absent figures are skipped)."""
+    out = {}
+    for key, op, limit in TARGETS:
+        if key in figures:
+            value = figures[key]
+            out[f"met_{key}"] = int(value <= limit if op == "<=" else value >= limit)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer samples, 400 pilots: under 2 minutes")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object (default: JSON + a summary)")
+    ap.add_argument("--only", nargs="+", choices=sorted(SCRIPTS), help="run only these benchmarks")
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    t0 = time.monotonic()
+    figures: dict[str, float] = {"bench_scale": scale(), "bench_quick": int(a.quick), "cores": cores(),
+                                 "loadavg_1min_start": round(os.getloadavg()[0], 2)}
+    failed = []
+    for name, args in plan(a.quick).items():
+        if a.only and name not in a.only:
+            continue
+        try:
+            figures.update(run_one(name, args))
+        except Exception as exc:          # keep going: the other figures are still worth printing
+            progress(f"run: {name} FAILED: {exc}")
+            failed.append(name)
+    figures["loadavg_1min_end"] = round(os.getloadavg()[0], 2)
+    figures["bench_wall_s"] = round(time.monotonic() - t0, 1)
+    figures.update(verdicts(figures))
+    print(json.dumps(figures, sort_keys=True))
+    if not a.json:
+        for key, op, limit in TARGETS:
+            if key in figures:
+                mark = "met" if figures[f"met_{key}"] else "MISSED"
+                sys.stderr.write(f"{key:28} {figures[key]:>12} target {op} {limit:<8} {mark}\n")
+    if failed:
+        progress(f"run: failed: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The benchmarks run end to end and report every figure of issue 7 (no speed is asserted here).
+
+`bench/run.py --quick --json` with `CE_K8S_BENCH_SCALE=0.01` shrinks every size (200 pods, 10
+pilots, a 50-node dump), so this proves the whole chain works -- test bed, agent, hooks, router
+emulator, information provider -- and that the JSON carries each figure docs/performance.md
+records. The figures themselves are meaningless at that size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Issue 7 ("What to build"): every figure the benchmark must publish.
+FIGURES = (
+    "python_bare_ms_p50", "hook_update_ms_p50", "hook_update_ms_p99", "hook_overhead_ratio",
+    "agent_update_us_p50", "agent_update_us_p99", "agent_rss_mb",
+    "pipeline_pilots_per_s", "api_calls_per_pilot", "hook_spawns_per_pilot", "python_bare_cpu_s",
+    "pipeline_efficiency", "info_ms",
+)
+
+
+def test_quick_run_reports_every_figure_as_a_number():
+    """Issue 7: `python bench/run.py --quick --json` prints one JSON object with every figure."""
+    env = dict(os.environ, CE_K8S_BENCH_SCALE="0.01")
+    env.pop("CE_K8S_SOCKET", None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)     # every bench process unwinds and stops its test bed
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError("bench/run.py --quick did not finish in 240 s: " + err.decode()[-2000:]) from None
+    stderr = err.decode(errors="replace")
+    assert proc.returncode == 0, stderr[-3000:]
+    lines = out.decode().strip().splitlines()
+    assert len(lines) == 1, f"stdout must be exactly one JSON line, got {lines[:3]}"
+    figures = json.loads(lines[0])
+    for key in FIGURES:
+        assert key in figures, f"{key} missing; have {sorted(figures)}"
+        value = figures[key]
+        assert isinstance(value, int | float) and not isinstance(value, bool), f"{key} = {value!r}"
+        assert math.isfinite(value) and value >= 0, f"{key} = {value!r}"
+    # The ratios are built from the same run's reference figures, so they must agree with them.
+    assert figures["hook_overhead_ratio"] > 0
+    assert math.isclose(figures["hook_overhead_ratio"],
+                        figures["hook_update_ms_p50"] / figures["python_bare_ms_p50"], rel_tol=0.02)
+    limit = figures["cores"] / (figures["hook_spawns_per_pilot"] * figures["python_bare_cpu_s"])
+    assert math.isclose(figures["pipeline_efficiency"], figures["pipeline_pilots_per_s"] / limit, rel_tol=0.05,
+                        abs_tol=0.002)
+    # Every pilot needs at least translate + one update + finalize + cleanup (jobrouter-protocol.md §2.1).
+    assert figures["hook_spawns_per_pilot"] >= 4
+    assert "[bench" in stderr, "progress lines go to stderr"
