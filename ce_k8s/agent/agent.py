@@ -379,8 +379,7 @@ class Agent:
             namespace = pod.namespace if pod is not None else rec.namespace
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
-            deleted += self.delete_pod(n, namespace, pod.secrets if pod else (secret_name(n),), why="cleanup",
-                                       job=job)
+            deleted += self.delete_pod(n, namespace, why="cleanup", job=job)
         log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted))
         return (protocol.STATUS_OK if deleted else protocol.STATUS_NOTFOUND), [f"{deleted} pod(s) deleted".encode()]
 
@@ -392,8 +391,14 @@ class Agent:
             self.output.remove(name)
         self._output_tries.pop(name, None)
 
-    def delete_pod(self, name: str, namespace: str, secrets=(), why: str = "cleanup", job: str | None = None) -> int:
-        """Delete a pod and its Secrets; 1 if the pod existed, 0 if not. Raises on other API errors."""
+    def delete_pod(self, name: str, namespace: str, why: str = "cleanup", job: str | None = None) -> int:
+        """Delete a pod; 1 if it existed, 0 if not. Raises on other API errors.
+
+        Only the pod: its sandbox Secret has an ownerReference to it, so Kubernetes' garbage
+        collector removes the Secret (one API call per pilot saved). Never the other Secret
+        volumes a pod mounts: a route may mount a shared site Secret through K8sVolumes. When the
+        pod is already gone the sandbox Secret is deleted by name, in case its owner never existed.
+        """
         existed = 0
         self.bucket.acquire(self.stop_event)
         t0 = time.monotonic()
@@ -409,10 +414,10 @@ class Agent:
         except Exception as exc:
             self.prom.api_error("delete", "pods", exc)
             raise
-        for sname in secrets or (secret_name(name),):
+        if not existed:
             self.bucket.acquire(self.stop_event)
             try:
-                self.core.delete_namespaced_secret(sname, namespace, _preload_content=False,
+                self.core.delete_namespaced_secret(secret_name(name), namespace, _preload_content=False,
                                                    _request_timeout=self.request_timeout)
             except ApiException as exc:
                 if exc.status != 404:
@@ -435,7 +440,7 @@ class Agent:
 
         def run() -> None:
             try:
-                self.delete_pod(pod.name, pod.namespace, pod.secrets, why=why, job=job)
+                self.delete_pod(pod.name, pod.namespace, why=why, job=job)
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=job or self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, error=_short(exc)))
@@ -693,7 +698,7 @@ class Agent:
                 victims.append(pod)
         for pod in victims:
             try:
-                self.delete_pod(pod.name, pod.namespace, pod.secrets, why="gc", job=self._job_for(pod.name))
+                self.delete_pod(pod.name, pod.namespace, why="gc", job=self._job_for(pod.name))
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, why="gc", error=_short(exc)))

@@ -69,7 +69,6 @@ class PodInfo:
     term_reason: str             # main container terminated reason (OOMKilled, Error, Completed)
     memory_limit: str            # first container's memory limit, for the OOM hold text
     deadline: int | None         # spec.activeDeadlineSeconds
-    secrets: tuple[str, ...]     # Secret volumes (for explicit deletion)
     route: str = ""              # route label (metrics, `list`); interned: a few distinct values
     source_job: str = ""         # routed-from annotation, else the job label ("cluster.proc")
     attempt: int = 0             # attempt label
@@ -127,10 +126,6 @@ class PodInfo:
                     waiting_reason, waiting_message = w.get("reason") or "", w.get("message") or ""
                     break
 
-        secrets = tuple(
-            v["secret"]["secretName"] for v in spec.get("volumes") or ()
-            if isinstance(v.get("secret"), dict) and v["secret"].get("secretName")
-        )
         return cls(
             name=meta.get("name") or "",
             namespace=meta.get("namespace") or "",
@@ -156,7 +151,6 @@ class PodInfo:
             term_reason=term_reason,
             memory_limit=str(limits.get("memory") or "?"),
             deadline=spec.get("activeDeadlineSeconds"),
-            secrets=secrets,
             route=sys.intern(str(labels.get(LABEL_ROUTE) or "")),
             source_job=str(ann.get(ANN_ROUTED_FROM) or labels.get(LABEL_JOB) or ""),
             attempt=_int(labels.get(LABEL_ATTEMPT)),

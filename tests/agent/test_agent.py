@@ -241,3 +241,23 @@ def test_update_for_another_users_job_is_denied(agent, settings):
     assert status == protocol.STATUS_DENIED
     status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 12345)
     assert status == protocol.STATUS_DENIED
+
+
+def test_cleanup_deletes_only_the_pod_and_leaves_shared_secrets(agent, server, settings):
+    """A route may mount a shared site Secret (K8sVolumes); cleanup must never delete it. The
+    sandbox Secret goes with its owner pod (garbage collection), so cleanup is one API call."""
+    import json
+
+    server.call(server.api.create, "secrets", "default", {"metadata": {"name": "site-ca"}, "data": {}})
+    volumes = {"volumes": [{"name": "site-ca", "secret": {"secretName": "site-ca"}}],
+               "volumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True}]}
+    ad = routed_ad(Path(settings.spool), K8sVolumes=json.dumps(volumes))
+    update(agent, ad)
+    wait(lambda: stored(server, secret_name(NAME), "secrets"))
+    wait(lambda: agent.cache.get(NAME))
+    deletes_before = server.calls[("delete", "pods")] + server.calls[("delete", "secrets")]
+    status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert status == protocol.STATUS_OK
+    wait(lambda: stored(server) is None and stored(server, secret_name(NAME), "secrets") is None)
+    assert stored(server, "site-ca", "secrets") is not None
+    assert server.calls[("delete", "pods")] + server.calls[("delete", "secrets")] == deletes_before + 1
