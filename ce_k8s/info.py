@@ -24,6 +24,8 @@ Why each output rule (the schedd side is `CronJobOut::Output` + `ClassAdCronJob:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import logging
 import math
 import re
@@ -612,6 +614,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now", type=float, metavar="EPOCH", help=argparse.SUPPRESS)
 
 
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cyclic collector while a cluster is loaded.
+
+    Decoding 100,000 pods allocates millions of containers, and each allocation burst triggers a
+    full collection that finds nothing (the objects form no cycles): measured in bench/bench_info.py,
+    this halves the time of `ce-k8s info` on a 5,000-node cluster. Reference counting still frees
+    everything; the collector resumes afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def compute(args: argparse.Namespace) -> tuple[str, int]:
     """(cron output, exit code). Never raises: a failure still yields a CRITICAL ad."""
     health = Health()
@@ -631,7 +651,8 @@ def compute(args: argparse.Namespace) -> tuple[str, int]:
             return render(_minimal(health, cfg)), 1
         specs = entry_specs(cfg, router, settings, health)
         source = "file" if args.cluster_snapshot else "api" if args.kubeconfig else "agent"
-        snapshot = load_cluster(args, cfg, settings, health, now)
+        with _cyclic_gc_paused():
+            snapshot = load_cluster(args, cfg, settings, health, now)
         if snapshot is not None:
             source = snapshot.source.split(" ", 1)[0] if not args.cluster_snapshot else "file"
         return render(build_ad(cfg, settings, specs, snapshot, health, now, source)), 0
