@@ -57,8 +57,8 @@ class Settings:
     max_attempts: int = 3                     # CE_K8S_MAX_ATTEMPTS
     pending_timeout: int = 21600              # CE_K8S_PENDING_TIMEOUT (s)
     image_pull_timeout: int = 300             # CE_K8S_IMAGE_PULL_TIMEOUT (s)
-    qps: float = 20.0                         # CE_K8S_QPS
-    burst: int = 30                           # CE_K8S_BURST
+    qps: float = 50.0                         # CE_K8S_QPS
+    burst: int = 100                          # CE_K8S_BURST
     create_concurrency: int = 8               # CE_K8S_CREATE_CONCURRENCY
     gc_grace: int = 600                       # CE_K8S_GC_GRACE (s)
     hook_timeout: float = 20.0                # CE_K8S_HOOK_TIMEOUT (s)
