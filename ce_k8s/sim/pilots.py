@@ -68,7 +68,7 @@ def make_pilot(index: int, shape: str, run_s: float = 20.0, evict: bool = False,
         "TransferOutputRemaps": (f"_condor_stdout=/var/log/gwms-factory/client/job.{index}.0.out;"
                                  f"_condor_stderr=/var/log/gwms-factory/client/job.{index}.0.err"),
         "TransferOutput": "",
-        "TransferInputFiles": "idtoken",
+        "TransferInput": "idtoken",
         "WhenToTransferOutput": "ON_EXIT",
         "ShouldTransferFiles": "YES",
         "x509userproxy": "x509up",

@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 DEFAULT_NODES = ("cpu:40x64c256g,"
                  "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
                  "wholenode:4x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
-PRIORITY_CLASSES = ("pilot", "pilot-cms", "pilot-gpu", "pilot-wholenode")
 LABEL_MANAGED = "app.kubernetes.io/managed-by=ce-k8s"
 
 # The demo's additions to the shipped configuration (docs/demo.md explains each line).
@@ -256,17 +255,15 @@ class TestBed:
         return names
 
     def _prepare_cluster(self, namespaces: set[str]) -> None:
-        """Namespaces, priority classes and the CMS service account the shipped routes name."""
+        """The namespaces the routes send pilots to (PriorityClasses are not served by the emulator,
+        which, like an API server without the Priority admission plugin, does not check them)."""
         from kubernetes import client
         from kubernetes.client.rest import ApiException
         from kubernetes.config import new_client_from_config
 
         api = new_client_from_config(config_file=str(self.kubeconfig))
-        core, sched = client.CoreV1Api(api), client.SchedulingV1Api(api)
-        calls = [(core.create_namespace, {"metadata": {"name": ns}}) for ns in sorted(namespaces | {"pilots-cms"})]
-        calls += [(sched.create_priority_class, {"metadata": {"name": pc}, "value": 1000}) for pc in PRIORITY_CLASSES]
-        calls.append((lambda body: core.create_namespaced_service_account("pilots-cms", body),
-                      {"metadata": {"name": "pilot-cms"}}))
+        core = client.CoreV1Api(api)
+        calls = [(core.create_namespace, {"metadata": {"name": ns}}) for ns in sorted(namespaces)]
         saved = self.server.faults.rate_429, self.server.faults.rate_500, self.server.faults.rate_timeout
         self.server.faults.configure(rate_429=0.0, rate_500=0.0, rate_timeout=0.0)
         try:
