@@ -98,6 +98,13 @@ class JobRecord:
     job_status: int | None = None
     hold_reason: str = ""
     reason: str = ""
+    # F1/F3 (docs/reliability.md): evidence that this attempt's pod already existed. `seen_uid` is
+    # the uid of the pod once the cache, a create or an adoption showed it: a create re-run must
+    # then never POST a new pod of this name (the attempt has had its one pod, DESIGN decision 5).
+    # `check_history`: the first update this process saw already carried a reply of an earlier
+    # agent (K8sPodReason), so the pod may have been created and vanished while no agent watched.
+    seen_uid: str = ""
+    check_history: bool = False
 
 
 def label_selector(ce_name: str) -> str:
@@ -266,6 +273,9 @@ class Agent:
             rec.routed_job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
             rec.source_job = adtext.unquote(attrs.get("routedfromjobid")) or ""
             rec.route = adtext.unquote(attrs.get("routename")) or ""
+            # Another agent process answered an update for this pod name before (its reason line
+            # is in the ad): before creating it, the creator looks for traces of an earlier pod (F1).
+            rec.check_history = "k8spodreason" in attrs and not adtext.unquote(attrs.get("k8spoduid"))
         pod = self.cache.get(name)
         s = self.settings
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
@@ -273,17 +283,20 @@ class Agent:
             conflict = _conflict_hold(pod)
             self._remember(rec, conflict, attrs)
             return protocol.STATUS_OK, [adtext.changed_lines(conflict, attrs).encode()]
+        if pod is not None:
+            rec.seen_uid = pod.uid
         if pod is not None and rec.create.state in (CREATE_NONE, CREATE_RETRY):
             # The pod exists but this process did not finish creating it (restart, or a timeout
             # after the server accepted the create): the Secret may be missing. Re-run the create,
-            # which adopts the pod (409) and ensures the Secret, when that can matter.
-            waiting = pod.phase == "Pending" and pod.waiting_reason in NEEDS_SECRET_REASONS \
-                and now - (pod.created or now) >= ENSURE_SECRET_AFTER
-            if rec.create.state == CREATE_RETRY or waiting:
+            # which adopts the pod and ensures the Secret, when that can matter.
+            needs_secret = pod.phase == "Pending" and pod.waiting_reason in NEEDS_SECRET_REASONS
+            if rec.create.state == CREATE_RETRY or (needs_secret and now - (pod.created or now) >= ENSURE_SECRET_AFTER):
                 if now >= rec.next_try:
                     self._queue_create(rec, text, uid)
-            else:
-                rec.create.state = CREATE_DONE     # found by the relist after a restart
+            elif not needs_secret:
+                rec.create.state = CREATE_DONE     # found by the relist after a restart, past the Secret
+            # else (F2): a young pod still waiting, maybe for a Secret the dead agent never made:
+            # stay undecided and look again at the next update, until ENSURE_SECRET_AFTER has passed.
         job = JobView(
             pod_name=name,
             attempt=adtext.as_int(attrs.get("k8sattempt")) or 0,

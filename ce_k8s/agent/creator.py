@@ -28,6 +28,7 @@ import queue
 import threading
 import time
 
+from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s.agent import adtext
@@ -44,6 +45,10 @@ ANN_OWNER = "ce-k8s.htcondor.org/owner"
 
 class Temporary(Exception):
     """Try again later (quota, throttling, server or network trouble)."""
+
+
+class Ended(Exception):
+    """This attempt's pod existed and is gone: the attempt is over, its pod must not be made again."""
 
 
 class Permanent(Exception):
@@ -164,9 +169,20 @@ class Creator:
             return
         rec.namespace = built.namespace
         try:
-            pod = self.create_pod(built, job)
+            if rec.check_history and not rec.seen_uid and agent.cache.get(built.name) is None:
+                if self.existed_before(built):
+                    raise Ended("an Event names an earlier pod of this attempt")
+                rec.check_history = False       # looked once: from now on this process is the witness
+            pod = self.create_pod(built, job, rec)
             if built.secret is not None:
                 self.ensure_secret(built, pod)
+        except Ended as exc:
+            # F1/F3: count the vanished pod as this attempt's one pod; the status mapping moves the
+            # job to the next attempt (a tombstone says why; without one, "vanished").
+            log.info("%s", fields(event="create-skipped", job=job, pod=rec.pod_name, why=str(exc)))
+            rec.failures = 0
+            rec.create = CreateInfo(CREATE_DONE)
+            return
         except Temporary as exc:
             self._retry(rec, str(exc))
             log.info("%s", fields(event="create-delayed", job=job, pod=rec.pod_name, error=str(exc),
@@ -180,6 +196,7 @@ class Creator:
                 agent._delete_async(_Named(built.name, built.namespace), why="hold", job=job)
             return
         agent.cache.observe(pod)
+        rec.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.seen_uid
         rec.failures = 0
         rec.create = CreateInfo(CREATE_DONE)
         if rec.cleaned:        # cleanup arrived while we were creating: undo at once
@@ -204,9 +221,59 @@ class Creator:
                 agent.prom.api_error(verb, resource + "s", exc)
             raise
 
-    def create_pod(self, built, job: str = "?") -> dict:
-        """Create the pod, or adopt an existing one that is provably the same job's."""
+    def existed_before(self, built) -> bool:
+        """Whether an Event names a pod of this name: it was created before this agent started (F1).
+
+        Why Events: a pod that vanished while no agent watched leaves no tombstone and no
+        K8sPodUid, but the scheduler's and kubelet's Events about it stay for an hour. A 403 (the
+        Role lacks `events: list`) falls back to creating, as before; other failures retry later.
+        """
+        core: CoreV1Api = self.agent.core
+        try:
+            resp = self._call("list event", core.list_namespaced_event, built.namespace,
+                              field_selector=f"involvedObject.kind=Pod,involvedObject.name={built.name}", limit=1)
+        except ApiException as exc:
+            if exc.status == 403:
+                log.warning("%s", fields(event="history-unknown", pod=built.name, error="events: list forbidden"))
+                return False
+            raise classify(exc, "list events") from exc
+        except (Temporary, Permanent):
+            raise
+        except Exception as exc:
+            raise Temporary(f"list events: {type(exc).__name__}: {str(exc)[:300]}") from exc
+        return bool(json.loads(resp.data).get("items"))
+
+    def _ended(self, rec, name: str) -> bool:
+        """Whether this attempt's pod was seen and is gone now (tombstone, or a uid with no live pod)."""
+        cache = self.agent.cache
+        return cache.get_gone(name) is not None or (bool(rec is not None and rec.seen_uid) and cache.get(name) is None)
+
+    def create_pod(self, built, job: str = "?", rec=None) -> dict:
+        """Create the pod, or adopt an existing one that is provably the same job's.
+
+        A re-run (an earlier try failed, maybe after the server applied it, or the pod was seen)
+        first probes with a dry-run create: AlreadyExists → adopt; absent and seen before → `Ended`
+        (F3: a second POST could land after an eviction and bring the ended attempt back). Right
+        before every real POST the cache is checked once more for a tombstone of the name.
+        """
         core = self.agent.core
+        name = built.name
+        if rec is not None and (rec.failures or rec.seen_uid or self.agent.cache.get(name) is not None
+                                or self.agent.cache.get_gone(name) is not None):
+            try:
+                self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod, dry_run="All")
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise classify(exc, "create pod (dry run)") from exc
+                return self._adopt(built, job)
+            except (Temporary, Permanent):
+                raise
+            except Exception as exc:
+                raise classify(exc, "create pod (dry run)") from exc
+            if self._ended(rec, name):
+                raise Ended("the pod of this attempt was seen and is gone")
+        if self._ended(rec, name):
+            raise Ended("the pod of this attempt was seen and is gone")
         try:
             t0 = time.monotonic()
             resp = self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod)
@@ -222,8 +289,19 @@ class Creator:
             raise
         except Exception as exc:      # timeouts: the server may have created it; the retry will tell
             raise classify(exc, "create pod") from exc
+        return self._adopt(built, job)
+
+    def _adopt(self, built, job: str) -> dict:
+        """The existing pod (after AlreadyExists), if its annotations name this job and owner."""
+        core = self.agent.core
         try:
             existing = json.loads(self._call("get pod", core.read_namespaced_pod, built.name, built.namespace).data)
+        except ApiException as exc:
+            if exc.status == 404:      # it existed a moment ago (409) and is gone: the attempt ended
+                raise Ended("the pod existed (AlreadyExists) and vanished before it was read") from exc
+            raise classify(exc, "read existing pod") from exc
+        except (Temporary, Permanent):
+            raise
         except Exception as exc:
             raise classify(exc, "read existing pod") from exc
         want = built.pod["metadata"].get("annotations") or {}

@@ -51,6 +51,7 @@ NAMESPACED_PERMISSIONS = (
     ("", "pods", "", "create"), ("", "pods", "", "get"), ("", "pods", "", "delete"),
     ("", "pods", "log", "get"),
     ("", "secrets", "", "create"), ("", "secrets", "", "patch"), ("", "secrets", "", "delete"),
+    ("", "events", "", "list"),
 )
 CLUSTER_PERMISSIONS = (
     ("", "pods", "", "list"), ("", "pods", "", "watch"), ("", "nodes", "", "list"),

@@ -38,7 +38,7 @@ def test_healthy_host_passes_every_check(host):
         "hook-finalize": "OK", "hook-cleanup": "OK", "attrs-to-copy": "OK", "agent": "OK", "api": "OK",
         "rbac": "OK", "spool": "OK"}, found
     assert code == 0
-    assert "all 11 permissions" in found["rbac"][1]
+    assert "all 12 permissions" in found["rbac"][1]
 
 
 def test_json_output_has_one_object_per_check(host):

@@ -25,8 +25,6 @@ def _pods_of(bed: TestBed) -> list[dict]:
     return bed.server.call(find)
 
 
-@pytest.mark.xfail(strict=True, reason="F1 (docs/reliability.md): a pod that vanishes while the agent is down, "
-                                       "before any update reported its uid, is created again under the same attempt")
 def test_f1_pod_vanishing_during_agent_restart_gets_a_new_attempt(soak):
     """DESIGN decision 5 ("exactly one pod per attempt") and docs/holds.md ("pod vanished while
     ce-k8s was not watching" → next attempt). Sequence: the first update asks for the pod; the
@@ -61,8 +59,6 @@ def test_f1_pod_vanishing_during_agent_restart_gets_a_new_attempt(soak):
     assert not ledger.duplicates(), f"attempt 0 got a second pod: {ledger.duplicates()}"
 
 
-@pytest.mark.xfail(strict=True, reason="F2 (docs/reliability.md): after a restart, a pod younger than "
-                                       "ENSURE_SECRET_AFTER is marked created and its missing Secret is never made")
 def test_f2_missing_secret_after_restart_is_made_and_the_pilot_runs():
     """docs/agent.md ("After a restart, a pod that still waits for its Secret gets it re-ensured")
     and docs/holds.md (no pilot stays idle forever). Sequence: the agent creates the pod, its Secret
@@ -88,8 +84,6 @@ def test_f2_missing_secret_after_restart_is_made_and_the_pilot_runs():
         assert bed.outcomes[job].status == "completed", f"pilot stuck; pod waiting: {waiting}"
 
 
-@pytest.mark.xfail(strict=True, reason="F3 (docs/reliability.md): a create re-run after a lost answer can "
-                                       "land after the pod was evicted and re-create the old attempt beside the next")
 def test_f3_create_rerun_after_eviction_does_not_recreate_the_old_attempt(soak):
     """DESIGN decision 5: one pod per attempt, and never two live pods of one job. Sequence: the
     first pod create is applied but its answer is lost (the agent will re-run the create to adopt
