@@ -272,6 +272,11 @@ class Creator:
                 raise classify(exc, "create pod (dry run)") from exc
             if self._ended(rec, name):
                 raise Ended("the pod of this attempt was seen and is gone")
+            if rec.failures and self.existed_before(built):
+                # An earlier POST may have been applied while its answer was lost, and the pod
+                # evicted and deleted while the watch was cut (a relist leaves no tombstone):
+                # its Events outlive it (docs/reliability.md, F3).
+                raise Ended("an Event names an earlier pod of this attempt")
         if self._ended(rec, name):
             raise Ended("the pod of this attempt was seen and is gone")
         try:

@@ -84,3 +84,23 @@ def test_f3_rerun_of_a_seen_and_vanished_pod_never_posts_it_again(agent, server,
     agent._queue_create(rec, text_of(ad).decode())
     wait(lambda: rec.create.state == "done")
     assert _pods(server) == [] and server.calls[("create", "pods")] == 2   # the POST, then one dry run
+
+
+def test_f3_rerun_after_a_lost_answer_checks_events_before_posting(agent, server, settings):
+    """F3, the case the 1,500-pilot soak still hit: the first POST's answer was lost, the pod was
+    created, evicted and deleted while the watch was cut (a relist leaves no tombstone), so the
+    agent never saw it. The retry's dry run finds nothing; an Event still names the pod, so the
+    attempt has ended: no second POST, the job moves to attempt 1."""
+    server.faults.inject("500", verb="create", resource="pods", count=1)
+    ad = routed_ad(Path(settings.spool))
+    update(agent, ad)
+    rec = agent.jobs[NAME]
+    wait(lambda: rec.create.state == "retry")
+    involved = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": NAME, "namespace": "default", "uid": "u-lost"}}
+    server.call(server.api.record_event, involved, "Killing", "Stopping container pilot")
+    rec.next_try = 0
+    update(agent, ad)
+    wait(lambda: rec.create.state == "done")
+    out = update(agent, ad)
+    assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
+    assert _pods(server) == []

@@ -78,7 +78,9 @@ def test_faults_cost_no_duplicate_no_lost_pilot_no_leak():
     """Issue 5 "Done when": API errors, applied-then-timeout creates, cut watches, agent SIGKILLs
     and evictions: zero duplicate pods, zero lost pilots, zero leaked pods and Secrets."""
     with TestBed(fault_rate=0.1, watch_cut_rate=0.05, seed=7, **FAST) as bed:
-        bed.submit(bed.make_pilots(12, evict_fraction=0.25, run_s=8, fail_fraction=0.0))
+        # Half the pilots are marked for eviction and live 12 s, so that even under injected faults
+        # and agent kills some are seen running (the eviction waits for that) before they end.
+        bed.submit(bed.make_pilots(12, evict_fraction=0.5, run_s=12, fail_fraction=0.0))
         assert bed.run(timeout=120, poll_interval=0.3, restart_agent=True)
         bed.drain(timeout=40, poll_interval=0.3)
         summary = bed.summary()
