@@ -13,6 +13,10 @@ in free text are replaced by `/` rather than risk a value ending in `\\"`.
 
 from __future__ import annotations
 
+# The agent reads literals exactly as the hooks do: one implementation, re-exported here.
+from ce_k8s.hooks._common import to_int as as_int  # noqa: F401
+from ce_k8s.hooks._common import unquote  # noqa: F401
+
 # Everything the update path reads or may rewrite (lower-case).
 WANTED = frozenset({
     "owner", "clusterid", "procid", "globaljobid", "routedfromjobid",
@@ -36,23 +40,6 @@ def scan(text: str, wanted: frozenset[str] = WANTED) -> dict[str, str]:
             if key in wanted:
                 found[key] = line[i + 3:].strip()
     return found
-
-
-def unquote(raw: str | None) -> str | None:
-    """A string literal's value (only `\\"` is an escape in old syntax), None if not a literal."""
-    if raw is None or len(raw) < 2 or raw[0] != '"' or raw[-1] != '"':
-        return None
-    return raw[1:-1].replace('\\"', '"')
-
-
-def as_int(raw: str | None) -> int | None:
-    """An integer literal's value, None for anything else (expressions are not evaluated here)."""
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
 
 
 def quote(text: str) -> str:

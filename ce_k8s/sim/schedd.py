@@ -69,22 +69,9 @@ SECURE_ATTRS = frozenset(
         "osuser",
     }
 )
-# Attributes submit_job() filters out of a routed job (submit_job.cpp:224-386, §2.2 step 5).
-ROUTED_SUBMIT_FILTER = frozenset(
-    {
-        "x509userproxysubject",
-        "x509userproxyexpiration",
-        "x509userproxyemail",
-        "x509userproxyvoname",
-        "x509userproxyfirstfqan",
-        "x509userproxyfqan",
-        "authtokensubject",
-        "authtokenissuer",
-        "authtokengroups",
-        "authtokenscopes",
-        "authtokenid",
-    }
-)
+# Attributes submit_job() filters out of a routed job (submit_job.cpp:224-386, §2.2 step 5): the
+# x509 and AuthToken ones of SECURE_ATTRS; TotalSubmitProcs and OsUser are the schedd's own.
+ROUTED_SUBMIT_FILTER = SECURE_ATTRS - {"totalsubmitprocs", "osuser"}
 
 
 class ScheddError(Exception):
