@@ -281,21 +281,13 @@ def snapshot_from_api(kubeconfig: str | None = None, timeout: float = 20.0, page
     about a second and deserialising 100,000 pods into model classes far more than the cron
     period allows.
     """
-    from kubernetes import client, config  # heavy: imported only when the API is used
+    from ce_k8s.kubeclient import new_api_client
 
-    conf = client.Configuration()
     try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
-        else:
-            try:
-                config.load_incluster_config(client_configuration=conf)
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=conf)
-    except Exception as exc:  # the loader raises several unrelated types for a bad kubeconfig
+        api_client = new_api_client(kubeconfig)
+    except Exception as exc:  # the loaders raise several unrelated types for a bad kubeconfig
         raise SourceUnavailable(f"api {kubeconfig or '(default kubeconfig)'}", f"cannot load: {_short(exc)}") from None
-    conf.retries = False  # our own deadline bounds the run; urllib3 retries would multiply it
-    api_client = client.ApiClient(conf)
+    conf = api_client.configuration
     source = f"api {conf.host}"
     deadline = time.monotonic() + timeout
     taken_at = time.time()

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ce_k8s.kubeclient import new_api_client
+
 log = logging.getLogger(__name__)
 
 LIST_PAGE = 500
@@ -63,26 +65,6 @@ def load_config_and_settings(path: str | None):
 
     cfg = CondorConfig.load(path or os.environ.get("CONDOR_CONFIG") or None)
     return cfg, Settings.from_config(cfg)
-
-
-def new_api_client(kubeconfig: str | None, timeout: float = API_TIMEOUT):
-    """A kubernetes ApiClient: the kubeconfig file if given, else in-cluster, else ~/.kube/config.
-
-    urllib3 retries are switched off: every caller here has its own deadline (a Slurm prolog must
-    not hang, doctor must answer), and silent retries would multiply it.
-    """
-    from kubernetes import client, config
-
-    conf = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=conf)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=conf)
-    conf.retries = False
-    return client.ApiClient(conf)
 
 
 def kubeconfig_from(arg: str | None, settings) -> str | None:
