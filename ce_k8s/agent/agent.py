@@ -38,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
 from ce_k8s.agent.cache import PodCache
+from ce_k8s.agent.journal import PostJournal
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
 from ce_k8s.agent.options import AgentOptions, default_output_dir
@@ -150,6 +151,7 @@ class Agent:
         self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0}
         self.output = OutputStore(self.options.output_dir or default_output_dir(settings.spool),
                                   self.options.max_output_bytes)
+        self.journal = PostJournal(self.output.directory)
         self._fetching: set[str] = set()               # pod names whose log is being saved
         self._output_tries: dict[str, tuple[int, float]] = {}   # name -> (failures, next try time)
         self.prom = AgentMetrics(pods=lambda: self.cache.pods.values(), last_event=lambda: self.cache.last_event,
@@ -379,6 +381,7 @@ class Agent:
         names = [name]
         if gjid:
             names += [pod_name(gjid, a) for a in range(attempt) if pod_name(gjid, a) != name]
+        self.journal.record_done(names)
         deleted = 0
         for n in names:
             pod = self.cache.get(n)
@@ -716,6 +719,7 @@ class Agent:
                 log.warning("%s", fields(event="delete-failed", job=self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, why="gc", error=_short(exc)))
         self.cache.forget_gone(now - max(grace, 600))
+        self.journal.prune(now)
         self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
         with self.jobs_lock:
             for name in [n for n, r in self.jobs.items()

@@ -169,7 +169,8 @@ class Creator:
             return
         rec.namespace = built.namespace
         try:
-            if rec.check_history and not rec.seen_uid and agent.cache.get(built.name) is None:
+            if (rec.check_history and not rec.seen_uid and agent.cache.get(built.name) is None
+                    and not agent.journal.posted(built.name)):    # the journal answers better (create_pod)
                 if self.existed_before(built):
                     raise Ended("an Event names an earlier pod of this attempt")
                 rec.check_history = False       # looked once: from now on this process is the witness
@@ -258,8 +259,10 @@ class Creator:
         """
         core = self.agent.core
         name = built.name
-        if rec is not None and (rec.failures or rec.seen_uid or self.agent.cache.get(name) is not None
-                                or self.agent.cache.get_gone(name) is not None):
+        journal = self.agent.journal
+        posted = journal.posted(name)
+        if posted or (rec is not None and (rec.failures or rec.seen_uid or self.agent.cache.get(name) is not None
+                                           or self.agent.cache.get_gone(name) is not None)):
             try:
                 self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod, dry_run="All")
             except ApiException as exc:
@@ -272,13 +275,20 @@ class Creator:
                 raise classify(exc, "create pod (dry run)") from exc
             if self._ended(rec, name):
                 raise Ended("the pod of this attempt was seen and is gone")
-            if rec.failures and self.existed_before(built):
+            if posted:
+                # A create of this name was sent (by this process or one before a restart) and not
+                # refused, and no pod of the name exists now: it was made and has gone, or the
+                # request was lost on the way. Counting it as the attempt's pod is the safe side
+                # (journal.py; docs/reliability.md, F1).
+                raise Ended("a create of this pod was sent before and the pod is gone")
+            if rec is not None and rec.failures and self.existed_before(built):
                 # An earlier POST may have been applied while its answer was lost, and the pod
                 # evicted and deleted while the watch was cut (a relist leaves no tombstone):
                 # its Events outlive it (docs/reliability.md, F3).
                 raise Ended("an Event names an earlier pod of this attempt")
         if self._ended(rec, name):
             raise Ended("the pod of this attempt was seen and is gone")
+        journal.record_post(name)      # before the request leaves: a SIGKILL after it must not forget
         try:
             t0 = time.monotonic()
             resp = self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod)
@@ -289,8 +299,11 @@ class Creator:
             return json.loads(resp.data)
         except ApiException as exc:
             if exc.status != 409:
+                if exc.status and exc.status != 504:
+                    journal.record_refused(name)     # an error answer: nothing was stored
                 raise classify(exc, "create pod") from exc
         except (Temporary, Permanent):
+            journal.record_refused(name)             # the QPS bucket refused: nothing was sent
             raise
         except Exception as exc:      # timeouts: the server may have created it; the retry will tell
             raise classify(exc, "create pod") from exc

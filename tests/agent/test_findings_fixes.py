@@ -104,3 +104,83 @@ def test_f3_rerun_after_a_lost_answer_checks_events_before_posting(agent, server
     out = update(agent, ad)
     assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
     assert _pods(server) == []
+
+
+def test_f1_pod_gone_before_any_event_after_restart_is_not_made_again(server, settings):
+    """F1, the case Events cannot answer: a pod created by one agent process, deleted before the
+    scheduler or kubelet wrote any Event, while no agent watched, and the dead agent's reply never
+    reached the router (no K8sPodReason in the ad). The post journal (ce_k8s/agent/journal.py)
+    remembers the POST across the restart: the attempt is over, the job gets attempt 1."""
+    ad = routed_ad(Path(settings.spool))
+    first = new_agent(server, settings)
+    try:
+        update(first, ad)
+        wait(lambda: stored(server))
+    finally:
+        first.stop()                                   # the agent dies; its memory goes with it
+    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
+    assert server.call(server.api.list, "events", "default")["items"] == []
+    second = new_agent(server, settings)
+    try:
+        update(second, ad)
+        wait(lambda: second.jobs[NAME].create.state == "done")
+        out = update(second, ad)
+        assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
+        assert [p["metadata"]["name"] for p in _pods(server)] == []
+        # one real POST by the first agent, one dry run by the second: never a second real POST
+        assert server.calls[("create", "pods")] == 2
+    finally:
+        second.stop()
+
+
+def test_f3_lost_answer_then_pod_gone_unseen_is_not_posted_again(agent, server, settings):
+    """F3's residual: the POST was applied but its answer lost; the pod was then deleted before any
+    Event and before the watch showed it (here: its tombstone dropped, as after a relist). The
+    journal says a create was sent and not refused, so the retry's dry run finding nothing ends
+    the attempt instead of posting attempt 0 again."""
+    server.faults.inject("timeout", verb="create", resource="pods", count=1)
+    ad = routed_ad(Path(settings.spool))
+    update(agent, ad)
+    rec = agent.jobs[NAME]
+    wait(lambda: rec.create.state == "retry")
+    assert stored(server) is not None                 # applied, although the answer was lost
+    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
+    wait(lambda: agent.cache.get(NAME) is None)
+    agent.cache.gone.pop(NAME, None)
+    rec.seen_uid = ""                                 # nothing in memory proves the pod existed
+    rec.next_try = 0
+    update(agent, ad)
+    wait(lambda: rec.create.state == "done")
+    out = update(agent, ad)
+    assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
+    assert _pods(server) == [] and server.calls[("list", "events")] == 0
+
+
+def test_a_refused_post_is_retried_as_a_post(agent, server, settings):
+    """The other side of the journal: an error answer (500) proves nothing was stored, so the retry
+    posts attempt 0 again and the pilot runs in it; no attempt number is skipped."""
+    server.faults.inject("500", verb="create", resource="pods", count=1)
+    ad = routed_ad(Path(settings.spool))
+    update(agent, ad)
+    rec = agent.jobs[NAME]
+    wait(lambda: rec.create.state == "retry")
+    assert not agent.journal.posted(NAME)
+    rec.next_try = 0
+    update(agent, ad)
+    wait(lambda: stored(server))
+    assert [p["metadata"]["name"] for p in _pods(server)] == [NAME]
+    assert agent.journal.posted(NAME)
+
+
+def test_cleanup_forgets_the_names_in_the_journal(agent, server, settings):
+    """Cleanup (§2.5) ends the routed job: its pod names leave the journal, so it stays as small as
+    the number of jobs in flight."""
+    from ce_k8s import protocol
+
+    ad = routed_ad(Path(settings.spool))
+    update(agent, ad)
+    wait(lambda: stored(server))
+    assert agent.journal.posted(NAME)
+    status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert status == protocol.STATUS_OK
+    assert not agent.journal.posted(NAME) and len(agent.journal) == 0
