@@ -3,7 +3,11 @@
 Why a home-made framing and not JSON or HTTP: the update hook is forked once per job per router
 poll (jobrouter-protocol.md §0, §8), so its start-up cost is paid thousands of times a minute.
 `import json` costs ~6 ms and `import socket` ~6 ms (it pulls in `enum` and `selectors`); this
-module imports only the C modules `_socket`, `posix` and `time`, which are nearly free.
+module imports only the built-in C modules `posix` and `time`, which are free, and loads the
+`_socket` extension (a shared library: ~0.35 ms of CPU to find and `dlopen`) only inside `call()`,
+so the translate hook, which reads its settings here but never talks to the agent, does not pay
+for it. No `from __future__ import annotations` either: that is a real import of a module (~0.1
+ms per process) and Python 3.11 evaluates these annotations without it.
 
 Wire format (one request and one reply per connection; the client half-closes after sending):
 
@@ -14,11 +18,12 @@ Wire format (one request and one reply per connection; the client half-closes af
 `docs/agent.md`). For every status other than `ok` the only part is a one-line message.
 """
 
-from __future__ import annotations
-
-import _socket
 import posix
 import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # only for the annotations; the hooks import `_socket` lazily (see above)
+    import _socket
 
 MAGIC = b"CEK8S/1"
 MAX_PAYLOAD = 4 * 1024 * 1024          # the router's ads are far smaller; refuse more (§8)
@@ -154,7 +159,7 @@ def hook_spool() -> str | None:
     return _env("CE_K8S_SPOOL") or _conf_file().get("CE_K8S_SPOOL") or DEFAULT_SPOOL
 
 
-def _recv_exact(sock: _socket.socket, n: int, deadline: float, sink=None) -> bytes:
+def _recv_exact(sock: "_socket.socket", n: int, deadline: float, sink=None) -> bytes:
     """Read exactly n bytes before the deadline, or raise; `sink(chunk)` streams instead of keeping."""
     chunks = []
     left = n
@@ -174,7 +179,7 @@ def _recv_exact(sock: _socket.socket, n: int, deadline: float, sink=None) -> byt
     return b"".join(chunks)
 
 
-def _recv_line(sock: _socket.socket, deadline: float) -> bytes:
+def _recv_line(sock: "_socket.socket", deadline: float) -> bytes:
     buf = b""
     while b"\n" not in buf:
         if len(buf) > MAX_HEADER:
@@ -193,7 +198,7 @@ def _recv_line(sock: _socket.socket, deadline: float) -> bytes:
 class Reply:
     """One agent reply: status, parts already read, and the socket positioned after the header."""
 
-    def __init__(self, status: str, lengths: list[int], rest: bytes, sock: _socket.socket, deadline: float):
+    def __init__(self, status: str, lengths: list[int], rest: bytes, sock: "_socket.socket", deadline: float):
         self.status = status
         self.lengths = lengths
         self._rest = rest
@@ -226,6 +231,8 @@ def call(path: str, verb: str, payload: bytes, deadline: float) -> Reply:
     the whole call is bounded no matter where the agent stalls. Raises OSError or
     ProtocolError; the caller maps that to the mildest exit code of its hook.
     """
+    import _socket
+
     request = encode_request(verb, payload)
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:

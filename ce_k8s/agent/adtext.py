@@ -44,7 +44,11 @@ def scan(text: str, wanted: frozenset[str] = WANTED) -> dict[str, str]:
 
 def quote(text: str) -> str:
     """A machine-safe old-syntax string literal: one line, `"` escaped, no backslashes."""
-    clean = "".join(c if c.isprintable() else " " for c in text).replace("\\", "/")
+    # the per-character pass only when needed: pod and node names, phases and most messages are
+    # printable, and this runs for every string of every update reply
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else " " for c in text)
+    clean = text.replace("\\", "/")
     if len(clean) > MAX_STRING:
         clean = clean[: MAX_STRING - 3] + "..."
     return '"' + clean.replace('"', '\\"') + '"'

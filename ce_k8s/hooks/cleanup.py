@@ -6,8 +6,6 @@ what we want while the agent is unreachable: the pod must not outlive its job. "
 success. A routed ad without `K8sPodName` never got a pod, so there is nothing to do.
 """
 
-from __future__ import annotations
-
 import sys
 import time
 

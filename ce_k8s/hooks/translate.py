@@ -21,8 +21,6 @@ The translate hook never talks to the agent: pod creation happens on the first u
 routed ad carries every transform's result (DESIGN decision 1).
 """
 
-from __future__ import annotations
-
 import sys
 
 from ce_k8s.hooks._common import arm_deadline, log, read_stdin, to_int, unquote, write_stdout
@@ -37,25 +35,34 @@ class TranslateError(ValueError):
 
 
 def _is_attr_start(line: str) -> str | None:
-    """Lower-case attribute name if `line` starts an `Name = value` attribute, else None."""
+    """Lower-case attribute name if `line` starts an `Name = value` attribute, else None.
+
+    A name starts with a letter or `_` and holds only letters, digits, `_` and `.`; checked with
+    whole-string methods, not a loop per character, because this runs for every line of every
+    routed job.
+    """
     name, sep, _ = line.partition("=")
     if not sep:
         return None
     name = name.strip()
     if not name or not (name[0].isalpha() or name[0] == "_"):
         return None
-    if not all(c.isalnum() or c in "_." for c in name):
+    if not name.replace("_", "a").replace(".", "a").isalnum():
         return None
     return name.lower()
 
 
 def _string_open(text: str, open_: bool) -> bool:
-    """Whether an old-syntax string literal is still open after `text` (only `\\"` escapes, §2.2)."""
-    prev = ""
-    for c in text:
-        if c == '"' and not (open_ and prev == "\\"):
+    """Whether an old-syntax string literal is still open after `text` (only `\\"` escapes, §2.2).
+
+    Jumps from quote to quote with `str.find`: a quote toggles the state unless it is inside a
+    string and the character just before it (in this text) is a backslash.
+    """
+    i = text.find('"')
+    while i >= 0:
+        if not (open_ and i > 0 and text[i - 1] == "\\"):
             open_ = not open_
-        prev = c
+        i = text.find('"', i + 1)
     return open_
 
 

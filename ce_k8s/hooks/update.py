@@ -10,8 +10,6 @@ watch cache. Exit codes are chosen so every failure has the mildest consequence:
   the routed job and re-run the pilot, so nothing is printed unless every line is safe.
 """
 
-from __future__ import annotations
-
 import sys
 import time
 
