@@ -8,8 +8,6 @@ can never make a second pod. The hash is SHA-256 (not `hash()`, which is salted 
 the name is identical across runs, hosts and Python versions.
 """
 
-from __future__ import annotations
-
 try:  # the bare C module is cheaper to import than hashlib (which loads OpenSSL)
     from _sha2 import sha256 as _sha256  # Python >= 3.12
 except ImportError:  # pragma: no cover - depends on the interpreter build
