@@ -22,7 +22,12 @@ Figures:
   `pipeline_cpu_cores_used` it is what other processes took from the two cores.
 
 The router emulator's `max_running_hooks` is 64 here (the real router has no limit, §0; the
-test bed's default of 24 is for the demo).
+test bed's default of 24 is for the demo). By default the router emulator forks hooks from
+`--spawn-threads` spawner threads instead of its polling thread, and the API emulator with the
+kubelet sim runs as its own process (`ce-k8s sim serve --stats`, counters read over its
+`/_sim/stats`), so the emulators do not serialise the pipeline on one thread and one GIL
+(`--spawn-threads 0 --in-process-api` is the earlier arrangement). Their CPU is counted in
+`cpu_ms_per_pilot_router_api_kubelet` either way.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from common import (
     cores,
     exit_on_sigterm,
     machine_cpu,
+    proc_children_cpu_s,
     proc_cpu_s,
     progress,
     scaled,
@@ -131,7 +137,8 @@ class _Marks:
 
 
 def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: float = 900.0,
-        bare_samples: int = 40, qps: float = 1000.0) -> dict[str, float]:
+        bare_samples: int = 40, qps: float = 1000.0, spawn_threads: int = 2,
+        api_process: bool = True, spawn_process: bool = True) -> dict[str, float]:
     """Run `pilots` pilots through a fresh test bed and return the figures (module docstring)."""
     from ce_k8s.sim.router_testbed import TestBed
 
@@ -149,12 +156,21 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         progress("pipeline: WARNING: the test bed overlay still sets CE_K8S_GC_GRACE; API counts may include GC")
     tmp = tempfile.TemporaryDirectory(prefix="ce-k8s-bench-")
     config = bench_config(Path(tmp.name) / "config", qps, int(max(qps, 1)))
-    bed = TestBed(config=str(config), seed=3, max_running_hooks=max_running_hooks)
+    bed = TestBed(config=str(config), seed=3, max_running_hooks=max_running_hooks, spawn_threads=spawn_threads,
+                  api_process=api_process, spawn_process=spawn_process)
     try:
         bed.start()
         work = bed.make_pilots(pilots)
         bed.server.reset_calls()
         marks = _Marks(pilots)
+        # The emulator process (api_process) is a child that is not reaped during the run, so its
+        # CPU is read from /proc like the agent's and counted with the emulators.
+        api_pid = bed.server.pid if api_process else None
+        api_cpu0 = proc_cpu_s(api_pid) if api_pid else 0.0
+        # A spawner process (spawn_process) forks the hooks: its own CPU counts with the router,
+        # the CPU of the hooks it reaped with the hooks.
+        spawner_pid = bed.router.runner.pid if spawn_process else None
+        spawner0 = (proc_cpu_s(spawner_pid), proc_children_cpu_s(spawner_pid)) if spawner_pid else (0.0, 0.0)
         agent_cpu0, self_cpu0, child_cpu0 = proc_cpu_s(bed.agent.pid), self_cpu(), children_cpu()
         busy0, total0 = machine_cpu()
         bed.submit(work)
@@ -163,6 +179,12 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         wall = time.monotonic() - marks.t0
         agent_cpu = proc_cpu_s(bed.agent.pid) - agent_cpu0
         bench_cpu, hook_cpu = self_cpu() - self_cpu0, children_cpu() - child_cpu0
+        api_cpu = proc_cpu_s(api_pid) - api_cpu0 if api_pid else 0.0
+        if spawner_pid:
+            bench_cpu += proc_cpu_s(spawner_pid) - spawner0[0]
+            hook_cpu += proc_children_cpu_s(spawner_pid) - spawner0[1]
+        router_cpu = bench_cpu
+        bench_cpu += api_cpu
         busy1, total1 = machine_cpu()
         if not ok:
             raise BenchError(f"pipeline: {bed.pending()} of {pilots} pilots still queued after {timeout:.0f} s")
@@ -209,6 +231,9 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         "cpu_ms_per_pilot_agent": round(agent_cpu / pilots * 1e3, 1),
         "cpu_ms_per_pilot_router_api_kubelet": round(bench_cpu / pilots * 1e3, 1),
     }
+    if api_process:   # the split of the emulators' figure: this process (router, factory) and the other
+        result["cpu_ms_per_pilot_router_process"] = round(router_cpu / pilots * 1e3, 1)
+        result["cpu_ms_per_pilot_api_kubelet_process"] = round(api_cpu / pilots * 1e3, 1)
     for hook, n in sorted(summary["hook_calls"].items()):
         result[f"hook_spawns_per_pilot_{hook.lower()}"] = round(n / pilots, 2)
         result[f"hook_wall_ms_mean_{hook.lower()}"] = round(summary["hook_seconds"].get(hook, 0.0) / n * 1e3, 1)
@@ -228,11 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-running-hooks", type=int, default=64,
                     help="hook processes at once, 0 = no limit like the real router (default 64)")
     ap.add_argument("--qps", type=float, default=1000.0, help="CE_K8S_QPS and _BURST for the run (default 1000)")
+    ap.add_argument("--spawn-threads", type=int, default=2,
+                    help="router emulator threads that fork hooks, 0 = fork in the polling thread (default 2)")
+    ap.add_argument("--in-router-spawn", action="store_true",
+                    help="fork and watch the hooks in the router emulator's own process, not a spawner process")
+    ap.add_argument("--in-process-api", action="store_true",
+                    help="run the API emulator and kubelet sim in this process (the earlier arrangement)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     exit_on_sigterm()
     result = run(a.pilots or scaled(2000, 10), poll=a.poll, max_running_hooks=a.max_running_hooks,
-                 qps=a.qps)
+                 qps=a.qps, spawn_threads=a.spawn_threads, api_process=not a.in_process_api,
+                 spawn_process=not a.in_router_spawn)
     print(json.dumps(result, sort_keys=True) if a.json else "\n".join(f"{k:48} {v}" for k, v in sorted(result.items())))
     return 0
 

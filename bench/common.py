@@ -109,6 +109,13 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks      # fields 14 and 15 of stat(5)
 
 
+def proc_children_cpu_s(pid: int) -> float:
+    """CPU seconds of the children a live process has reaped (cutime + cstime from /proc/<pid>/stat):
+    the hooks, when a spawner process forks them (they are not our children then)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")   # fields 16 and 17 of stat(5)
+
+
 def proc_rss_mb(pid: int) -> float:
     """Resident set size of a live process in MiB (VmRSS from /proc/<pid>/status)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

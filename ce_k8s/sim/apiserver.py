@@ -139,6 +139,7 @@ class ApiServer:
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._stats: Callable[[], Mapping[str, object]] | None = None
 
     # ---- lifecycle on a running loop ------------------------------------------------------------
     async def start(self) -> None:
@@ -304,6 +305,22 @@ class ApiServer:
                                                                              if last_exc else ""))
             time.sleep(interval)
 
+    def enable_stats(self, extra: Callable[[], Mapping[str, object]] | None = None) -> None:
+        """Serve ``GET /_sim/stats``: the counted API calls plus ``extra()`` (run on the loop).
+
+        Why: a benchmark that runs the emulator in its own process (so it does not share a GIL with
+        the router emulator) still needs the server-side counters. The path is outside every
+        Kubernetes API path, read-only, not counted as an API call, and absent unless enabled.
+        """
+        self._stats = extra or (lambda: {})
+
+    def stats(self) -> dict[str, object]:
+        """What ``GET /_sim/stats`` answers: {"calls": [[verb, resource, n], ...], **extra()}."""
+        doc: dict[str, object] = {"calls": [[verb, res, n] for (verb, res), n in sorted(self.calls.items())]}
+        if self._stats is not None:
+            doc.update(self._stats())
+        return doc
+
     def _count(self, verb: str, resource: str) -> None:
         with self._calls_lock:
             self._calls[(verb, resource)] += 1
@@ -365,6 +382,10 @@ class ApiServer:
         method = request.method
         if not parts:
             return _json({"paths": ["/api", "/api/v1", "/apis", "/version"]})
+        if parts[0] == "_sim" and self._stats is not None:
+            if parts == ["_sim", "stats"] and method == "GET":
+                return _json(self.stats())
+            return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
         if method == "GET":
             doc = self._discovery(parts)
             if doc is not None:

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import jsonpatch
 
@@ -51,6 +52,27 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # Quota keys charged per pod for the standard compute resources.
 _STD = ("cpu", "memory", "ephemeral-storage")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars); anything else goes to deepcopy.
+
+    Why not ``copy.deepcopy`` everywhere: every kubelet status change copies a whole ~6 KB pod, and
+    deepcopy's memo bookkeeping made that the API emulator's largest cost after HTTP in the
+    pipeline benchmark (docs/performance.md). Stored objects are JSON documents with no shared
+    sub-objects that matter, so a structural copy gives the same result several times faster.
+    """
+    t = type(obj)
+    if t is dict:
+        return {k: v if type(v) in _SCALARS else clone(v) for k, v in obj.items()}
+    if t is list:
+        return [v if type(v) in _SCALARS else clone(v) for v in obj]
+    if t in _SCALARS:
+        return obj
+    return copy.deepcopy(obj)
 
 
 def now_iso(offset_s: float = 0.0) -> str:
@@ -198,7 +220,7 @@ class Api:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
-        obj: Obj = copy.deepcopy(body)
+        obj: Obj = clone(body)
         self._check_kind(info, obj)
         meta = obj.get("metadata")
         if meta is None:
@@ -369,7 +391,7 @@ class Api:
             raise bad_request("the body of the request was in an unknown format")
         self._check_kind(info, body)
         old = self.get(resource, namespace, name)
-        new = copy.deepcopy(body)
+        new = clone(body)
         return self._update(info, old, new, subresource, dry_run=dry_run)
 
     def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, body: object,
@@ -377,7 +399,7 @@ class Api:
         """PATCH with JSON patch, merge patch, strategic merge (as merge) or apply (as merge)."""
         info = self.info(resource)
         old = self.get(resource, namespace, name)
-        doc = copy.deepcopy(old)
+        doc = clone(old)
         if patch_type == "json":
             if not isinstance(body, list):
                 raise bad_request("json patch must be a list of operations")
@@ -424,8 +446,8 @@ class Api:
             raise conflict(resource, name, f"Precondition failed: UID in precondition: {nmeta.get('uid')}, UID in "
                            f"object meta: {ometa.get('uid')}", info.group)
         if subresource == "status":
-            result = copy.deepcopy(old)
-            result["status"] = copy.deepcopy(new.get("status") or {})
+            result = clone(old)
+            result["status"] = clone(new.get("status") or {})
         else:
             result = new
             result["kind"], result["apiVersion"] = info.kind, info.api_version
@@ -440,11 +462,11 @@ class Api:
                 rmeta.pop("namespace", None)
             if info.has_status:
                 if "status" in old:
-                    result["status"] = copy.deepcopy(old["status"])
+                    result["status"] = clone(old["status"])
                 else:
                     result.pop("status", None)
             if resource == "namespaces":
-                result["spec"] = copy.deepcopy(old.get("spec"))
+                result["spec"] = clone(old.get("spec"))
             causes = v.validate_metadata(resource, rmeta) + self._validate(resource, result, old)
             if causes:
                 raise invalid(info.kind, name, causes)
@@ -477,7 +499,7 @@ class Api:
         ``/status`` (or the main resource when ``status`` is False) without spec validation.
         """
         old = self.get(resource, namespace, name)
-        new = copy.deepcopy(old)
+        new = clone(old)
         mutate(new)
         if _same_content(old, new):
             return old
@@ -518,7 +540,7 @@ class Api:
         uid = str(meta.get("uid"))
         if policy == "Orphan":
             self._orphan_dependents(uid)
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         nmeta = meta_of(new)
         finalizers = list(nmeta.get("finalizers") or [])
         if policy == "Foreground" and self.store.dependents_of(uid) and "foregroundDeletion" not in finalizers:
@@ -574,7 +596,7 @@ class Api:
         obj = self.store.peek(resource, ns, name)
         if obj is None or meta_of(obj).get("uid") != uid or not meta_of(obj).get("deletionTimestamp"):
             return
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         meta_of(new)["deletionGracePeriodSeconds"] = 0
         if self._deletion_complete(new):
             self._remove(resource, new)
@@ -611,7 +633,7 @@ class Api:
             raise forbidden("namespaces", name, "this namespace may not be deleted")
         if meta_of(ns_obj).get("deletionTimestamp"):
             return ns_obj
-        new = copy.deepcopy(ns_obj)
+        new = clone(ns_obj)
         meta_of(new)["deletionTimestamp"] = now_iso()
         meta_of(new)["deletionGracePeriodSeconds"] = 0
         new["status"] = {"phase": "Terminating"}
@@ -626,7 +648,7 @@ class Api:
             for obj in list(self.store.peek_list(plural, name)):
                 m = meta_of(obj)
                 if m.get("finalizers"):
-                    new = copy.deepcopy(obj)
+                    new = clone(obj)
                     meta_of(new)["finalizers"] = []
                     meta_of(new).setdefault("deletionTimestamp", now_iso())
                     meta_of(new)["deletionGracePeriodSeconds"] = 0
@@ -738,7 +760,7 @@ class Api:
         if new:
             add_into(totals, new)
         for q in list(self.store.peek_list("resourcequotas", ns)):
-            fresh = copy.deepcopy(q)
+            fresh = clone(q)
             self._quota_status(fresh)
             if fresh.get("status") != q.get("status"):
                 self.store.put("resourcequotas", fresh, "MODIFIED")
@@ -923,7 +945,7 @@ class Api:
 def merge_patch(target: object, patch: object) -> object:
     """RFC 7386 JSON merge patch (``null`` deletes, lists replace)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for k, val in patch.items():
         if k.startswith("$") and isinstance(k, str):
@@ -948,9 +970,9 @@ def strategic_merge(target: object, patch: object) -> object:
     """Strategic merge patch for the fields we use: lists with a merge key merge element-wise
     (``$patch: delete`` removes one), ``finalizers`` merge as a set, other lists are replaced."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(x) for k, x in patch.items() if not k.startswith("$")}
+        return {k: clone(x) for k, x in patch.items() if not k.startswith("$")}
     result = dict(target) if isinstance(target, dict) else {}
     for k, val in patch.items():
         if k.startswith("$"):
@@ -962,7 +984,7 @@ def strategic_merge(target: object, patch: object) -> object:
         elif isinstance(val, list) and k == "finalizers" and isinstance(result.get(k), list):
             result[k] = list(result[k]) + [f for f in val if f not in result[k]]
         else:
-            result[k] = strategic_merge(result.get(k), val) if isinstance(val, dict) else copy.deepcopy(val)
+            result[k] = strategic_merge(result.get(k), val) if isinstance(val, dict) else clone(val)
     return result
 
 
@@ -970,14 +992,14 @@ def _merge_list(old: list[object], patch: list[object], key: str) -> list[object
     out = list(old)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
-            out.append(copy.deepcopy(item))
+            out.append(clone(item))
             continue
         idx = next((i for i, o in enumerate(out) if isinstance(o, dict) and o.get(key) == item[key]), None)
         if item.get("$patch") == "delete":
             if idx is not None:
                 out.pop(idx)
         elif idx is None:
-            out.append({k: copy.deepcopy(x) for k, x in item.items() if not k.startswith("$")})
+            out.append({k: clone(x) for k, x in item.items() if not k.startswith("$")})
         else:
             out[idx] = strategic_merge(out[idx], item)
     return out

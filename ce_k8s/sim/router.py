@@ -217,6 +217,8 @@ class Router:
         max_running_hooks: int = 0,
         record_io: bool = True,
         clock: Callable[[], float] = time.time,
+        spawn_threads: int = 0,
+        spawn_process: bool = False,
     ) -> None:
         if routes is None:
             from ce_k8s.condor.routing import RouterConfig
@@ -261,7 +263,14 @@ class Router:
         self._env["CONDOR_INHERIT"] = f"{os.getpid()} <127.0.0.1:0?sock=ce_k8s_router_emulator> 0 0"
         if env:
             self._env.update(env)
-        self.runner = HookRunner(timeout=hook_timeout, max_running=max_running_hooks)
+        # spawn_threads > 0: fork/exec off the polling thread (router_hooks module docstring).
+        # spawn_process: a child interpreter forks and watches the hooks (router_spawner), so they
+        # do not share this process's GIL with the router's own work.
+        runner_class = HookRunner
+        if spawn_process:
+            from ce_k8s.sim.router_spawner import RemoteHookRunner as runner_class
+        self.spawn_process = spawn_process
+        self.runner = runner_class(timeout=hook_timeout, max_running=max_running_hooks, spawn_threads=spawn_threads)
 
     # ================================================================ driving
     def poll(self) -> None:
@@ -338,6 +347,8 @@ class Router:
             env={k: v for k, v in self._env.items() if os.environ.get(k) != v and k != "CONDOR_INHERIT"},
             hook_timeout=self.runner.timeout,
             max_running_hooks=self.runner.max_running,
+            spawn_threads=self.runner.spawn_threads,
+            spawn_process=self.spawn_process,
             record_io=self.record_io,
             clock=self.clock,
         )
@@ -414,6 +425,9 @@ class Router:
 
     def _reap(self) -> None:
         for call in self.runner.take_finished():
+            if call.spawn_error:
+                self._spawn_failed(call)
+                continue
             self.hook_counts[call.hook] += 1
             self.hook_seconds[call.hook] += call.duration
             job: RouterJob = call.job
@@ -434,6 +448,18 @@ class Router:
             call.job = None
             if not self.record_io:
                 call.stdin = call.stdout = b""
+
+    def _spawn_failed(self, call: HookCall) -> None:
+        """A spawner thread could not create the process: what ``spawn() == 0`` means in the real
+        router (§2.1). The hook never ran, so its known-hook entry goes and nothing else changes:
+        the job keeps its state and the same step spawns the hook again at the next poll."""
+        job: RouterJob = call.job
+        key = job.src_key if call.hook == HOOK_TRANSLATE else job.dest_key
+        self._remove_known_hook(key, call.hook)
+        log.error("ERROR failed to spawn HOOK_%s (%s) for %s: %s", call.hook, call.argv[0], job.desc(),
+                  call.spawn_error)
+        self.events["spawn_failed"] += 1
+        call.job = None
 
     @staticmethod
     def _parse(call: HookCall) -> classad2.ClassAd:

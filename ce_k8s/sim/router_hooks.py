@@ -14,6 +14,15 @@ Harness-only additions (not in the real router, documented in docs/demo.md): an 
 ``timeout`` after which a hung hook is SIGKILLed (so a bug fails a test instead of hanging it)
 and an optional ``max_running`` that queues spawns beyond a number of live processes (to keep a
 2-CPU test machine usable; 0 = no limit, which is what the router does).
+
+``spawn_threads`` (default 0: the caller's thread forks, as before) moves the fork/exec into that
+many spawner threads. Why: ``Popen`` waits until the child has exec'd, 4-11 ms on a busy 2-core
+box, and the router emulator's polling thread spent 70 % of its time there, so polling and
+spawning could not overlap (docs/performance.md). The real router is a C++ daemon whose spawn
+cost is not what the benchmarks measure. The protocol is unchanged: the call is registered (and
+deduplicated) by the router when it asks for the spawn; a spawn that then fails is reported back
+as a call with ``spawn_error`` set, which the router treats like ``spawn() == 0``: the hook did
+not run and the step is retried at the next poll (§2.1).
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ class HookCall:
     started: float = 0.0  # time.monotonic()
     duration: float = 0.0  # seconds from spawn to exit
     truncated: bool = False
+    spawn_error: str = ""  # the process could not be created (reported by a spawner thread)
     job: Any = field(default=None, repr=False)  # the router's job record (internal)
 
     @property
@@ -95,9 +105,10 @@ class _Running:
 class HookRunner:
     """Runs hook processes concurrently and reports finished :class:`HookCall` objects."""
 
-    def __init__(self, timeout: float | None = None, max_running: int = 0) -> None:
+    def __init__(self, timeout: float | None = None, max_running: int = 0, spawn_threads: int = 0) -> None:
         self.timeout = timeout
         self.max_running = max_running
+        self.spawn_threads = max(0, spawn_threads)
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -108,10 +119,16 @@ class HookRunner:
         self._running: dict[int, _Running] = {}
         self._finished: queue.SimpleQueue[HookCall] = queue.SimpleQueue()
         self._inflight = 0
+        self._spawning = 0  # handed to a spawner thread, not yet in _incoming
+        self._spawn_q: queue.SimpleQueue[tuple[HookCall, dict[str, str]] | None] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="hook-runner", daemon=True)
         self._thread.start()
+        self._spawners = [threading.Thread(target=self._spawner_loop, name=f"hook-spawner-{i}", daemon=True)
+                          for i in range(self.spawn_threads)]
+        for t in self._spawners:
+            t.start()
 
     # ------------------------------------------------------------ router side
     @property
@@ -121,11 +138,21 @@ class HookRunner:
             return self._inflight
 
     def spawn(self, call: HookCall, env: dict[str, str]) -> None:
-        """Start ``call`` (raises OSError when the process cannot be created, like spawn() == 0)."""
+        """Start ``call``.
+
+        Without spawner threads this forks here and raises OSError when the process cannot be
+        created (like spawn() == 0); with them it returns at once and a failure comes back later
+        as a finished call with ``spawn_error`` set.
+        """
         with self._cond:
             if self.max_running and self._live() >= self.max_running:
                 self._waiting.append((call, env))
                 self._inflight += 1
+                return
+            if self.spawn_threads:
+                self._inflight += 1
+                self._spawning += 1
+                self._spawn_q.put((call, env))
                 return
         self._start(call, env)
         with self._cond:
@@ -160,7 +187,16 @@ class HookRunner:
     def kill_all(self) -> None:
         """SIGKILL every live hook's process group (router abort or shutdown)."""
         with self._cond:
+            self._inflight -= len(self._waiting)
             self._waiting.clear()
+            while True:  # calls not handed to a spawner thread yet are dropped
+                try:
+                    item = self._spawn_q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    self._inflight -= 1
+                    self._spawning -= 1
             running = list(self._running.values())
         for run in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -169,12 +205,49 @@ class HookRunner:
     def close(self) -> None:
         self.kill_all()
         self._stop = True
+        for _ in self._spawners:
+            self._spawn_q.put(None)
+        for t in self._spawners:
+            t.join(timeout=5)
         self._wake()
         self._thread.join(timeout=5)
+        self.kill_all()
+        while True:  # started by a spawner thread while we were stopping, never adopted
+            try:
+                _, proc = self._incoming.get_nowait()
+            except queue.Empty:
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                proc.wait()
 
     # ------------------------------------------------------------ internals
     def _live(self) -> int:
-        return len(self._running) + self._incoming.qsize()
+        return len(self._running) + self._incoming.qsize() + self._spawning
+
+    def _spawner_loop(self) -> None:
+        """One spawner thread: fork/exec queued calls so the router's thread never waits for exec."""
+        while True:
+            item = self._spawn_q.get()
+            if item is None or self._stop:
+                return
+            call, env = item
+            try:
+                self._start(call, env)
+            except OSError as exc:
+                self._spawn_failed(call, exc)
+            finally:
+                with self._cond:
+                    self._spawning -= 1
+
+    def _spawn_failed(self, call: HookCall, exc: OSError) -> None:
+        """Report a call whose process could not be created (the router retries next poll)."""
+        log.error("hook %s for %s: spawning %s failed: %s", call.hook, call.key, call.argv[0], exc)
+        call.spawn_error = f"{type(exc).__name__}: {exc}"
+        self._finished.put(call)
+        with self._cond:
+            self._cond.notify_all()
 
     def _start(self, call: HookCall, env: dict[str, str]) -> None:
         proc = subprocess.Popen(  # argv is [configured hook path]: no shell, no job text
@@ -346,12 +419,15 @@ class HookRunner:
                 if not self._waiting:
                     return
                 call, env = self._waiting.popleft()
+            if self.spawn_threads:
+                with self._cond:
+                    self._spawning += 1
+                self._spawn_q.put((call, env))
+                continue
             try:
                 self._start(call, env)
             except OSError as exc:
-                # Spawn failed after the router counted the call as running; report it as a
-                # failed exit so the job is not stuck (real spawn failures are synchronous).
-                call.exit_code = 127
-                call.stderr = f"spawn failed: {exc}".encode()
-                self._finished.put(call)
+                # Spawn failed after the router counted the call as running: reported like a
+                # failure of spawn() itself, so the router retries at its next poll (§2.1).
+                self._spawn_failed(call, exc)
             self._adopt_incoming()

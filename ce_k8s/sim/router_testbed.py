@@ -107,6 +107,126 @@ class PodTracker:
     def duplicate_pods(self) -> int:
         return self.recreated + self.overlapping
 
+    def as_dict(self) -> dict[str, int]:
+        """The counts, for ``GET /_sim/stats`` of an emulator in its own process."""
+        return {"pods_created": self.pods_created, "recreated": self.recreated, "overlapping": self.overlapping}
+
+
+class RemoteTracker:
+    """A :class:`PodTracker` that lives in the emulator's process, read over ``/_sim/stats``."""
+
+    def __init__(self, server: RemoteApiServer) -> None:
+        self._server = server
+
+    def _get(self, key: str) -> int:
+        return int(self._server.stats()["pods"][key])  # type: ignore[index]
+
+    @property
+    def pods_created(self) -> int:
+        return self._get("pods_created")
+
+    @property
+    def recreated(self) -> int:
+        return self._get("recreated")
+
+    @property
+    def overlapping(self) -> int:
+        return self._get("overlapping")
+
+    @property
+    def duplicate_pods(self) -> int:
+        return self.recreated + self.overlapping
+
+
+def managed_count(store: Any, resource: str) -> int:
+    """Objects of ``resource`` that carry ce-k8s's managed-by label (loop thread of the store)."""
+    return sum(1 for obj in store.peek_list(resource)
+               if (obj.get("metadata", {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "ce-k8s")
+
+
+class RemoteApiServer:
+    """``ce-k8s sim serve --stats`` as a child process, with the bits of :class:`ApiServer` the
+    test bed uses: ``url``, ``calls``, ``reset_calls``, ``faults`` and ``pid``.
+
+    Why: in one process the API emulator's event loop and the router emulator share a GIL; the
+    pipeline benchmark measured the router waiting for it (docs/performance.md). Faults are not
+    supported here (``faults`` is a local, disabled stand-in so the bed's bookkeeping works) and
+    there is no direct store access: counters come from ``GET /_sim/stats``.
+    """
+
+    def __init__(self, nodes: str, time_scale: float, seed: int) -> None:
+        from ce_k8s.sim.k8s_faults import Faults
+
+        self.nodes = nodes
+        self.time_scale = time_scale
+        self.seed = seed
+        self.faults = Faults(seed=seed)
+        self.url = ""
+        self.proc: subprocess.Popen[str] | None = None
+        self._base: Counter[tuple[str, str]] = Counter()
+        self._tmp = tempfile.TemporaryDirectory(prefix="ce-k8s-sim-")
+        self.kubeconfig_path = str(Path(self._tmp.name) / "kubeconfig")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> None:
+        cmd = [sys.executable, "-m", "ce_k8s.cli", "sim", "serve", "--kubeconfig-out", self.kubeconfig_path,
+               "--nodes", self.nodes, "--time-scale", str(self.time_scale), "--seed", str(self.seed), "--stats"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert self.proc.stdout is not None
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                self.stop()
+                raise RuntimeError(f"ce-k8s sim serve did not print 'ready' within {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready "):
+            self.stop()
+            raise RuntimeError(f"ce-k8s sim serve did not start: {line!r}")
+        self.url = line.split()[1]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._tmp.cleanup()
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
+        shutil.copy(self.kubeconfig_path, path)
+        os.chmod(path, 0o600)
+        return str(path)
+
+    def stats(self) -> dict[str, object]:
+        """``GET /_sim/stats`` of the child (not counted as an API call)."""
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.url}/_sim/stats", timeout=30) as resp:  # noqa: S310 - our own URL
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def _raw_calls(self) -> Counter[tuple[str, str]]:
+        return Counter({(verb, res): n for verb, res, n in self.stats()["calls"]})  # type: ignore[attr-defined]
+
+    @property
+    def calls(self) -> Counter[tuple[str, str]]:
+        """API calls by (verb, resource) since the last :meth:`reset_calls`."""
+        now = self._raw_calls()
+        now.subtract(self._base)
+        return Counter({k: n for k, n in now.items() if n > 0})
+
+    def reset_calls(self) -> None:
+        self._base = self._raw_calls()
+
 
 @dataclass
 class Outcome:
@@ -131,7 +251,9 @@ class TestBed:
     def __init__(self, config: str | None = None, nodes: str = DEFAULT_NODES, fault_rate: float = 0.0,
                  time_scale: float = 0.05, seed: int = 1, workdir: str | None = None,
                  max_running_hooks: int = 24, mirror_lag: int = 20, watch_cut_rate: float | None = None,
-                 agent_log: bool = False, extra_config: str = "") -> None:
+                 agent_log: bool = False, extra_config: str = "", spawn_threads: int = 0,
+                 spawn_process: bool = False,
+                 api_process: bool = False) -> None:
         self.config_path = config
         self.nodes = nodes
         self.fault_rate = fault_rate
@@ -143,6 +265,14 @@ class TestBed:
         self.watch_cut_rate = fault_rate / 5 if watch_cut_rate is None else watch_cut_rate
         self.agent_log = agent_log
         self.extra_config = extra_config
+        # Benchmark options (defaults keep the demo, the soak and the tests as they were):
+        # spawn_threads forks hooks off the router's polling thread (router_hooks), api_process
+        # runs the API emulator and kubelet sim as `ce-k8s sim serve` (RemoteApiServer).
+        self.spawn_threads = spawn_threads
+        self.spawn_process = spawn_process
+        self.api_process = api_process
+        if api_process and fault_rate:
+            raise ValueError("fault injection needs the in-process API emulator (api_process=False)")
         self.evicted: set[str] = set()
         self._core: Any = None
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ce-k8s-demo-")
@@ -157,7 +287,7 @@ class TestBed:
         self.agent_restarts = 0
         self.router: Router | None = None
         self.schedd = Schedd(name="demo-ce.example.org")
-        self.tracker = PodTracker()
+        self.tracker: PodTracker | RemoteTracker = PodTracker()
         self.outcomes: dict[str, Outcome] = {}
         self.holds: dict[str, tuple[int | None, int | None, str | None]] = {}
         self.started = 0.0
@@ -172,12 +302,18 @@ class TestBed:
         for d in (self.spool, self.socket.parent):
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o755)
-        faults = Faults.from_rate(self.fault_rate, seed=self.seed)
-        faults.configure(cut_rate=self.watch_cut_rate)
-        self.server = ApiServer(nodes=self.nodes, faults=faults, time_scale=self.time_scale, seed=self.seed)
-        self.server.start_thread()
-        self.server.write_kubeconfig(self.kubeconfig)
-        self.server.call(self.server.store.add_listener, self.tracker)
+        if self.api_process:
+            self.server = RemoteApiServer(nodes=self.nodes, time_scale=self.time_scale, seed=self.seed)
+            self.server.start()
+            self.server.write_kubeconfig(self.kubeconfig)
+            self.tracker = RemoteTracker(self.server)
+        else:
+            faults = Faults.from_rate(self.fault_rate, seed=self.seed)
+            faults.configure(cut_rate=self.watch_cut_rate)
+            self.server = ApiServer(nodes=self.nodes, faults=faults, time_scale=self.time_scale, seed=self.seed)
+            self.server.start_thread()
+            self.server.write_kubeconfig(self.kubeconfig)
+            self.server.call(self.server.store.add_listener, self.tracker)
         self._write_config()
         cfg = CondorConfig.load(self.confdir)
         self._prepare_cluster(self._namespaces(cfg))
@@ -189,7 +325,8 @@ class TestBed:
         self._core = client.CoreV1Api(self._api_client)
         self.start_agent()
         self.router = Router(cfg, self.schedd, max_running_hooks=self.max_running_hooks, record_io=False,
-                             hook_timeout=120.0)
+                             hook_timeout=120.0, spawn_threads=self.spawn_threads,
+                             spawn_process=self.spawn_process)
         self.started = time.monotonic()
         return self
 
@@ -200,7 +337,9 @@ class TestBed:
         if self.router is not None:
             self.router.close()
         self.stop_agent()
-        if self.server is not None:
+        if isinstance(self.server, RemoteApiServer):
+            self.server.stop()
+        elif self.server is not None:
             with contextlib.suppress(Exception):
                 self.server.stop_thread()
         if self._tmp is not None:
@@ -358,6 +497,11 @@ class TestBed:
             self.evicted.add(job)
 
     def _find_pod(self, name: str) -> tuple[str, str] | None:
+        if isinstance(self.server, RemoteApiServer):  # no store access: ask the API (one list call)
+            pods = self._core.list_pod_for_all_namespaces(field_selector=f"metadata.name={name}",
+                                                          _request_timeout=5).items
+            return next(((name, p.metadata.namespace) for p in pods if p.status.phase == "Running"), None)
+
         def find() -> tuple[str, str] | None:
             for obj in self.server.store.peek_list("pods"):
                 meta = obj.get("metadata", {})
@@ -434,10 +578,9 @@ class TestBed:
 
     # ------------------------------------------------------------------ measurements
     def _count(self, resource: str) -> int:
-        def count() -> int:
-            return sum(1 for obj in self.server.store.peek_list(resource)
-                       if (obj.get("metadata", {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "ce-k8s")
-        return int(self.server.call(count))
+        if isinstance(self.server, RemoteApiServer):
+            return int(self.server.stats()[f"{resource}_left"])  # type: ignore[call-overload]
+        return int(self.server.call(managed_count, self.server.store, resource))
 
     def pods_left(self) -> int:
         return self._count("pods")

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--jitter", type=float, default=0.0, help="plus a random 0..JITTER seconds")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault and naming RNGs")
+    parser.add_argument("--stats", action="store_true",
+                        help="serve GET /_sim/stats (API calls by verb, ce-k8s pods and Secrets left, pod "
+                             "creations per job) for benchmarks that run the emulator in its own process")
 
 
 def _faults(args: argparse.Namespace) -> object:
@@ -66,6 +69,21 @@ def _faults(args: argparse.Namespace) -> object:
     return faults
 
 
+def _enable_stats(srv: object) -> None:
+    """Register the test bed's pod tracker and leftover counts behind ``GET /_sim/stats``."""
+    from ce_k8s.sim.router_testbed import PodTracker, managed_count
+
+    tracker = PodTracker()
+    srv.store.add_listener(tracker)  # type: ignore[attr-defined]
+
+    def extra() -> dict[str, object]:
+        return {"pods_left": managed_count(srv.store, "pods"),  # type: ignore[attr-defined]
+                "secrets_left": managed_count(srv.store, "secrets"),  # type: ignore[attr-defined]
+                "pods": tracker.as_dict()}
+
+    srv.enable_stats(extra)  # type: ignore[attr-defined]
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from ce_k8s.sim.apiserver import ApiServer
     from ce_k8s.sim.cluster import parse_nodes
@@ -77,6 +95,8 @@ async def _serve(args: argparse.Namespace) -> int:
                     time_scale=args.time_scale, kubelet=not args.no_kubelet, seed=args.seed,
                     namespace=args.namespace, kubelet_options=kubelet_options)
     await srv.start()
+    if args.stats:
+        _enable_stats(srv)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

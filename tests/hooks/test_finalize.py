@@ -106,7 +106,8 @@ def test_agent_restarting_is_retried_within_the_deadline(hook_dir, shared_tmp):
         for a in agents:
             a.close()
     assert res.returncode == 0, res.stderr
-    assert (iwd / "_condor_stdout").read_bytes() == b"late but complete\n"
+    out = iwd / "_condor_stdout"
+    assert out.exists() and out.read_bytes() == b"late but complete\n", res.stderr
 
 
 def test_busy_agent_is_retried(hook_dir, stub_agent, tmp_path):

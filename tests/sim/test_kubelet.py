@@ -237,9 +237,13 @@ def test_node_pressure_eviction_leaves_failed_evicted_pod(cluster, kcore, pod_bo
 def test_graceful_delete_of_running_pod(cluster, kcore, pod_body):
     kcore.create_namespaced_pod("default", pod_body("p1", scenario="run=forever"))
     wait_phase(cluster, "p1", "Running")
+    seen = record(cluster, "p1")
     kcore.delete_namespaced_pod("p1", "default")
-    assert pod(cluster, "p1")["metadata"]["deletionTimestamp"]
     cluster.wait_for(lambda: pod(cluster, "p1") is None)
+    # graceful: first marked for deletion (kept while the kubelet stops it), then removed. Read from
+    # the store's own history, since on a loaded machine the removal can come before a GET.
+    assert [t for t, _ in seen][0] == "MODIFIED" and seen[0][1]["metadata"]["deletionTimestamp"]
+    assert seen[-1][0] == "DELETED"
 
 
 def test_node_loss(cluster, kcore, pod_body):

@@ -1,0 +1,112 @@
+"""The router emulator with a spawner process (``spawn_process``): hooks are forked and watched by
+a child interpreter (ce_k8s/sim/router_spawner.py); what a hook sees and what the router reads back
+must not change (jobrouter-protocol.md §2.1-§2.5).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
+
+from harness import T0, FakeClock, config_text, install_hooks, pilot, set_mode
+
+from ce_k8s.condor.config import CondorConfig
+from ce_k8s.sim.router import Router, State
+from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall
+from ce_k8s.sim.router_spawner import RemoteHookRunner
+from ce_k8s.sim.schedd import Schedd
+
+
+def _router(tmp_path: Path, spawn_threads: int = 0) -> tuple[Router, Schedd, Path, FakeClock]:
+    clock = FakeClock(T0)
+    hooks = install_hooks(tmp_path)
+    config = CondorConfig.from_text(config_text(hooks), name=str(tmp_path / "condor_config"))
+    schedd = Schedd(name="ce.example.org", clock=clock)
+    router = Router(config, schedd, env={"FAKE_HOOK_DIR": str(hooks)}, hook_timeout=20, clock=clock,
+                    spawn_threads=spawn_threads, spawn_process=True)
+    return router, schedd, hooks, clock
+
+
+def _step(router: Router, clock: FakeClock, n: int = 1) -> None:
+    for _ in range(n):
+        router.poll()
+        assert router.settle(timeout=30)
+        clock.advance(10)
+
+
+@pytest.mark.parametrize("spawn_threads", [0, 2])
+def test_whole_lifecycle_through_the_spawner_process(tmp_path, spawn_threads):
+    """§2.2-§2.5 end to end with the hooks forked by the spawner: one process per call, argv
+    [path], the router's environment (the fake hooks find their directory through it), each
+    exit status applied, the job yielded as done."""
+    router, schedd, hooks, clock = _router(tmp_path, spawn_threads)
+    try:
+        spawner = router.runner.pid
+        job = schedd.submit(pilot())
+        _step(router, clock, 2)
+        assert router.jobs[job].state == State.SUBMITTED
+        set_mode(hooks, "update", "complete")
+        _step(router, clock, 4)
+        assert schedd.get(job).eval("Managed") == "ScheddDone"
+        kinds = [c.hook for c in router.calls]
+        assert kinds[0] == HOOK_TRANSLATE and kinds.count(HOOK_TRANSLATE) == 1
+        assert kinds.count(HOOK_FINALIZE) == 1 and kinds.count(HOOK_CLEANUP) == 1 and HOOK_UPDATE in kinds
+        for call in router.calls:
+            assert len(call.argv) == 1 and call.pid > 0 and call.exit_code == 0 and not call.spawn_error
+            assert call.pid not in (os.getpid(), spawner)
+    finally:
+        router.close()
+    assert router.runner._child.returncode == 0          # the spawner exits cleanly on close
+
+
+def test_spawn_failure_through_the_spawner_is_retried_next_poll(tmp_path):
+    """§2.1: a hook that cannot be started did not run; the router tries again at its next poll."""
+    router, schedd, hooks, clock = _router(tmp_path)
+    translate = hooks / "translate"
+    good = translate.read_text()
+    try:
+        translate.write_text("#!/nonexistent/interpreter\n")
+        job = schedd.submit(pilot())
+        _step(router, clock)
+        assert router.events["spawn_failed"] == 1 and router.jobs[job].state == State.CLAIMED
+        translate.write_text(good)
+        _step(router, clock)
+        assert router.jobs[job].state == State.SUBMITTED and router.hook_counts[HOOK_TRANSLATE] == 1
+    finally:
+        router.close()
+
+
+def test_remote_runner_writes_stdin_captures_output_and_kills_the_group(tmp_path):
+    """§2.1 through the spawner: stdin bigger than a pipe buffer written whole then closed, stdout,
+    stderr and the exit status carried back unchanged, the process group killed at exit."""
+    marker = tmp_path / "grandchild-ran"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(1)\nopen({str(marker)!r}, 'w').close()\n")
+    script = tmp_path / "hook"
+    script.write_text(f"#!{sys.executable} -S\n"
+                      "import os, subprocess, sys\n"
+                      "data = sys.stdin.buffer.read()\n"
+                      "sys.stdout.buffer.write(data[::-1]); sys.stderr.write(os.environ.get('ROUTER_ENV', '-'))\n"
+                      f"subprocess.Popen([sys.executable, '-S', {str(child)!r}])\n"
+                      "sys.exit(3)\n")
+    script.chmod(0o755)
+    runner = RemoteHookRunner(timeout=20, spawn_threads=2)
+    try:
+        payload = b"x" * 300_000 + b"\x00\xffend"
+        call = HookCall(hook=HOOK_UPDATE, key="1.0", argv=[str(script)], stdin=payload)
+        runner.spawn(call, {"ROUTER_ENV": "yes", "PATH": os.environ.get("PATH", "")})
+        assert runner.wait(20)
+        (done,) = runner.take_finished()
+        assert done is call and call.exit_code == 3 and call.signal is None, call.stderr
+        assert call.stdout == payload[::-1] and call.stderr == b"yes"
+        assert call.duration > 0 and runner.inflight == 0
+        time.sleep(1.5)
+        assert not marker.exists()
+    finally:
+        runner.close()
