@@ -3,11 +3,13 @@
 Why: the real condor_job_router is a C++ daemon whose fork and pipe handling cost microseconds.
 In the Python emulator, `Popen`, the pipe multiplexing of every live hook and the router's own
 ClassAd work all take turns on one GIL, and the pipeline benchmark found the router's main thread
-always busy or waiting for that lock (docs/performance.md). Here a child interpreter runs an
-ordinary :class:`~ce_k8s.sim.router_hooks.HookRunner` (the same spawning rules, §2.1) and the router
-process only sends requests and reads results. :class:`RemoteHookRunner` has the HookRunner
-interface the router uses, so `Router(spawn_process=True)` changes nothing the hooks can see: the
-same argv, environment, stdin bytes, process groups, exit-status rules and captured output.
+always busy or waiting for that lock (docs/performance.md). Here a child interpreter starts and
+watches the hooks in one epoll loop with `posix_spawn` (`_Spawner`), following the rules of
+:class:`~ce_k8s.sim.router_hooks.HookRunner` (§2.1), and the router process only sends requests and
+reads results. :class:`RemoteHookRunner` has the HookRunner interface the router uses, so
+`Router(spawn_process=True)` changes nothing the hooks can see: the same argv, environment, stdin
+bytes, process groups, exit-status rules and captured output. (`spawn_threads` is kept for the
+router's `restart()`; the spawner needs no threads.)
 
 Messages are `marshal`led tuples of plain values, each behind a 4-byte length, over the child's
 stdin and stdout (the child is our own interpreter; nothing here comes from a job).
@@ -20,14 +22,17 @@ import logging
 import marshal
 import os
 import queue
+import select
+import signal
 import struct
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
-from ce_k8s.sim.router_hooks import HookCall, HookRunner
+from ce_k8s.sim.router_hooks import HookCall
 
 log = logging.getLogger(__name__)
 
@@ -157,58 +162,254 @@ class RemoteHookRunner:
                 self._cond.notify_all()
 
 
-def _child_main(argv: list[str]) -> int:
-    """The spawner: read requests on stdin, run them with a HookRunner, write results on stdout."""
-    timeout = None if argv[0] == "None" else float(argv[0])
-    runner = HookRunner(timeout=timeout, max_running=int(argv[1]), spawn_threads=int(argv[2]))
-    requests = os.fdopen(0, "rb", buffering=1 << 16)
-    results = os.fdopen(1, "wb", buffering=1 << 16)
-    ids: dict[int, int] = {}           # id(HookCall) -> request id
-    env: dict[str, str] = {}
-    stopping = threading.Event()
-    out_lock = threading.Lock()
+_CHUNK = 65536
+_MAX_OUTPUT = 64 * 1024 * 1024     # per stream, as router_hooks: far beyond any sane hook
+_DRAIN_GRACE = 1.0                 # seconds to collect output after the group was killed
 
-    def report(ident: int, call: HookCall) -> None:
-        with out_lock:
-            _send(results, (ident, *(getattr(call, name) for name in _RESULT_FIELDS)))
 
-    def forward() -> None:
-        while not (stopping.is_set() and runner.inflight == 0):
-            runner.wait(timeout=0.2, any_done=True)
-            done = runner.take_finished()
-            for call in done:
-                ident = ids.pop(id(call), None)
-                if ident is not None:
-                    report(ident, call)
-            if stopping.is_set() and not done:
-                return
+class _Hook:
+    """One live hook process in the spawner."""
 
-    forwarder = threading.Thread(target=forward, name="hook-results", daemon=True)
-    forwarder.start()
-    try:
-        while True:
-            msg = _recv(requests)
-            if msg is None or msg[0] == "close":
+    __slots__ = ("deadline", "drain_until", "duration", "err", "err_fd", "exit_code", "exited", "ident", "in_fd",
+                 "out", "out_fd", "pending", "pid", "pidfd", "signal", "started", "timed_out", "truncated")
+
+    def __init__(self, ident: int, pid: int, started: float, deadline: float) -> None:
+        self.ident, self.pid, self.started, self.deadline = ident, pid, started, deadline
+        self.pidfd = self.in_fd = self.out_fd = self.err_fd = -1
+        self.pending: memoryview | None = None
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.timed_out = self.truncated = self.exited = False
+        self.duration = self.drain_until = 0.0
+
+
+class _Spawner:
+    """The spawner's single-threaded loop: requests on fd 0, results on fd 1, one epoll for all.
+
+    Why one thread and `posix_spawn`: every thread hand-off and every `Popen` object is CPU the
+    pipeline benchmark counts; here a hook costs one `posix_spawn` (vfork + exec in the C library)
+    and a few epoll events. The rules are router_hooks.HookRunner's (§2.1): argv [path], the
+    router's environment, stdin written fully then closed (or /dev/null when empty), stdout and
+    stderr captured, SIGPIPE and SIGXFSZ back to their defaults in the child (as `Popen` does), its
+    own process group, killed as a whole once the hook exits, an exit status read with waitpid.
+    """
+
+    def __init__(self, timeout: float | None, max_running: int) -> None:
+        self.timeout = timeout
+        self.max_running = max_running
+        self.ep = select.epoll()
+        self.fds: dict[int, tuple[str, _Hook]] = {}
+        self.live: dict[int, _Hook] = {}
+        self.waiting: deque[tuple[Any, ...]] = deque()
+        self.env: dict[str, str] = {}
+        self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.results = os.fdopen(1, "wb", buffering=1 << 16)
+        self.inbuf = bytearray()
+        self.closing = False
+
+    def run(self) -> None:
+        os.set_blocking(0, False)
+        self.ep.register(0, select.EPOLLIN)
+        while not (self.closing and not self.live):
+            for fd, _events in self.ep.poll(self._next_timeout()):
+                if fd == 0:
+                    self._read_requests()
+                    continue
+                entry = self.fds.get(fd)
+                if entry is None:
+                    continue
+                kind, hook = entry
+                if kind == "in":
+                    self._write_stdin(hook)
+                elif kind == "exit":
+                    self._on_exit(hook)
+                else:
+                    self._read(hook, fd, hook.out if kind == "out" else hook.err)
+            self._check_deadlines()
+            while self.waiting and not self.closing and len(self.live) < self.max_running:
+                self._start(*self.waiting.popleft())
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _read_requests(self) -> None:
+        try:
+            data = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:                     # the router is gone
+            self.ep.unregister(0)
+            self._kill_all()
+            self.closing = True
+            return
+        buf = self.inbuf
+        buf += data
+        while len(buf) >= _LEN.size:
+            (n,) = _LEN.unpack_from(buf)
+            if len(buf) < _LEN.size + n:
                 break
-            if msg[0] == "kill_all":
-                runner.kill_all()
-                continue
-            _, ident, call_argv, stdin, hook, key, new_env = msg
-            if new_env is not None:
-                env = new_env
-            call = HookCall(hook=hook, key=key, argv=call_argv, stdin=stdin)
-            ids[id(call)] = ident
-            try:
-                runner.spawn(call, env)
-            except OSError as exc:          # without spawner threads spawn() raises (§2.1: spawn() == 0)
-                ids.pop(id(call), None)
-                call.spawn_error = f"{type(exc).__name__}: {exc}"
-                report(ident, call)
-    finally:
-        stopping.set()
-        runner.kill_all()
-        forwarder.join(timeout=5)
-        runner.close()
+            msg = marshal.loads(bytes(buf[_LEN.size:_LEN.size + n]))  # noqa: S302 - the router's own pipe
+            del buf[:_LEN.size + n]
+            if msg[0] == "spawn":
+                _, ident, argv, stdin, _hook, _key, new_env = msg
+                if new_env is not None:
+                    self.env = new_env
+                if self.max_running and len(self.live) >= self.max_running:
+                    self.waiting.append((ident, argv, stdin))
+                else:
+                    self._start(ident, argv, stdin)
+            elif msg[0] == "kill_all":
+                self._kill_all()
+            elif msg[0] == "close":
+                self._kill_all()
+                self.closing = True
+
+    def _kill_all(self) -> None:
+        self.waiting.clear()
+        for hook in self.live.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(hook.pid, signal.SIGKILL)
+
+    def _report(self, ident: int, h: _Hook | None, spawn_error: str = "") -> None:
+        if h is None:
+            msg = (ident, b"", b"", None, None, False, 0, 0.0, 0.0, False, spawn_error)
+        else:
+            msg = (ident, b"".join(h.out), b"".join(h.err), h.exit_code, h.signal, h.timed_out, h.pid, h.started,
+                   h.duration, h.truncated, "")
+        _send(self.results, msg)
+
+    # -- one hook ---------------------------------------------------------------------------------
+
+    def _start(self, ident: int, argv: list[str], stdin: bytes) -> None:
+        fds = []
+        try:
+            r_out, w_out = os.pipe2(os.O_CLOEXEC)
+            fds += [r_out, w_out]
+            r_err, w_err = os.pipe2(os.O_CLOEXEC)
+            fds += [r_err, w_err]
+            if stdin:
+                r_in, w_in = os.pipe2(os.O_CLOEXEC)
+                fds += [r_in, w_in]
+            else:
+                r_in, w_in = self.devnull, -1
+            started = time.monotonic()
+            pid = os.posix_spawn(argv[0], argv, self.env,
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, r_in, 0), (os.POSIX_SPAWN_DUP2, w_out, 1),
+                                               (os.POSIX_SPAWN_DUP2, w_err, 2)],
+                                 setpgroup=0, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except OSError as exc:           # spawn() == 0 in the real router (§2.1): retried next poll
+            for fd in fds:
+                os.close(fd)
+            log.error("spawning %s failed: %s", argv[0], exc)
+            self._report(ident, None, f"{type(exc).__name__}: {exc}")
+            return
+        for fd in (w_out, w_err) + ((r_in,) if stdin else ()):
+            os.close(fd)
+        h = _Hook(ident, pid, started, started + self.timeout if self.timeout else float("inf"))
+        self.live[pid] = h
+        h.pidfd = os.pidfd_open(pid)
+        self._watch(h.pidfd, select.EPOLLIN, "exit", h)
+        h.out_fd, h.err_fd = r_out, r_err
+        for fd, kind in ((r_out, "out"), (r_err, "err")):
+            os.set_blocking(fd, False)
+            self._watch(fd, select.EPOLLIN, kind, h)
+        if stdin:
+            h.in_fd, h.pending = w_in, memoryview(stdin)
+            os.set_blocking(w_in, False)
+            self._watch(w_in, select.EPOLLOUT, "in", h)
+
+    def _watch(self, fd: int, events: int, kind: str, h: _Hook) -> None:
+        self.fds[fd] = (kind, h)
+        self.ep.register(fd, events)
+
+    def _forget(self, fd: int) -> None:
+        if fd >= 0 and self.fds.pop(fd, None) is not None:
+            self.ep.unregister(fd)
+            os.close(fd)
+
+    def _write_stdin(self, h: _Hook) -> None:
+        try:
+            written = os.write(h.in_fd, h.pending[:_CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:                  # the hook closed stdin or exited: DaemonCore just stops
+            written = len(h.pending)
+        h.pending = h.pending[written:]
+        if not h.pending:
+            self._forget(h.in_fd)
+            h.in_fd = -1
+
+    def _read(self, h: _Hook, fd: int, sink: list[bytes]) -> None:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            if sum(len(c) for c in sink) < _MAX_OUTPUT:
+                sink.append(data)
+            else:
+                h.truncated = True
+            return
+        self._forget(fd)
+        if fd == h.out_fd:
+            h.out_fd = -1
+        else:
+            h.err_fd = -1
+        self._maybe_finish(h)
+
+    def _on_exit(self, h: _Hook) -> None:
+        # The family first: the zombie leader still holds the group id (§2.1 "Kill_Family").
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(h.pid, signal.SIGKILL)
+        _, status = os.waitpid(h.pid, 0)
+        h.duration = time.monotonic() - h.started
+        if os.WIFSIGNALED(status):
+            h.signal, h.exit_code = os.WTERMSIG(status), 0     # WEXITSTATUS of a signalled child
+        else:
+            h.exit_code = os.WEXITSTATUS(status)
+        h.exited = True
+        h.drain_until = time.monotonic() + _DRAIN_GRACE
+        self._forget(h.pidfd)
+        self._forget(h.in_fd)
+        h.pidfd = h.in_fd = -1
+        self._maybe_finish(h)
+
+    def _maybe_finish(self, h: _Hook, force: bool = False) -> None:
+        if not h.exited or (not force and (h.out_fd >= 0 or h.err_fd >= 0)):
+            return
+        self._forget(h.out_fd)
+        self._forget(h.err_fd)
+        h.out_fd = h.err_fd = -1
+        self.live.pop(h.pid, None)
+        self._report(h.ident, h)
+
+    def _next_timeout(self) -> float:
+        now = time.monotonic()
+        soonest = 0.5
+        for h in self.live.values():
+            soonest = min(soonest, max(0.0, (h.drain_until if h.exited else h.deadline) - now))
+        return soonest
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for h in list(self.live.values()):
+            if h.exited:
+                if now >= h.drain_until:         # a grandchild escaped the group and holds a pipe
+                    self._maybe_finish(h, force=True)
+            elif now >= h.deadline and not h.timed_out:
+                h.timed_out = True
+                log.error("hook pid %d exceeded the harness timeout of %.1fs; killing it", h.pid, self.timeout or 0)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(h.pid, signal.SIGKILL)
+
+
+def _child_main(argv: list[str]) -> int:
+    """The spawner process: `python -m ce_k8s.sim.router_spawner TIMEOUT MAX_RUNNING SPAWN_THREADS`."""
+    timeout = None if argv[0] == "None" else float(argv[0])
+    _Spawner(timeout, int(argv[1])).run()
     return 0
 
 
