@@ -73,6 +73,11 @@ class RemoteHookRunner:
         self._finished: queue.SimpleQueue[HookCall] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._inflight = 0
+        # Requests go through a writer thread: the spawner reads them between posix_spawn calls, and
+        # a poll's burst of thousands of update requests must not stall the router on a full pipe.
+        self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_requests, name="hook-spawner-requests", daemon=True)
+        self._writer.start()
         self._reader = threading.Thread(target=self._read_results, name="hook-spawner-results", daemon=True)
         self._reader.start()
 
@@ -98,7 +103,7 @@ class RemoteHookRunner:
             send_env = None
             if env is not self._env_sent:      # the router passes one dict for all its calls
                 send_env, self._env_sent = dict(env), env
-            _send(self._child.stdin, ("spawn", ident, list(call.argv), call.stdin, call.hook, call.key, send_env))
+            self._outbox.put(("spawn", ident, list(call.argv), call.stdin, call.hook, call.key, send_env))
 
     def take_finished(self) -> list[HookCall]:
         done: list[HookCall] = []
@@ -126,17 +131,16 @@ class RemoteHookRunner:
 
     def kill_all(self) -> None:
         """SIGKILL every live hook (router abort or shutdown); calls not reported yet are dropped."""
-        with self._send_lock, contextlib.suppress(BrokenPipeError, ValueError):
-            _send(self._child.stdin, ("kill_all",))
+        self._outbox.put(("kill_all",))
         with self._cond:
             self._inflight -= len(self._calls)
             self._calls.clear()
 
     def close(self) -> None:
         self.kill_all()
-        with self._send_lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
-            _send(self._child.stdin, ("close",))
-            self._child.stdin.close()
+        self._outbox.put(("close",))
+        self._outbox.put(None)
+        self._writer.join(timeout=10)
         try:
             self._child.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -145,6 +149,31 @@ class RemoteHookRunner:
         self._reader.join(timeout=5)
 
     # ------------------------------------------------------------ internals
+    def _write_requests(self) -> None:
+        stdin = self._child.stdin
+        broken = False
+        while True:
+            msg = self._outbox.get()
+            if msg is None:
+                with contextlib.suppress(OSError, ValueError):
+                    stdin.close()
+                return
+            if not broken:
+                try:
+                    _send(stdin, msg)
+                    continue
+                except (OSError, ValueError):
+                    broken = True
+                    log.error("the hook spawner process is gone (exit status %s)", self._child.poll())
+            if msg[0] == "spawn":          # never started: a failed spawn, retried next poll (§2.1)
+                with self._cond:
+                    call = self._calls.pop(msg[1], None)
+                if call is not None:
+                    call.spawn_error = "the hook spawner process is gone"
+                    self._finished.put(call)
+                    with self._cond:
+                        self._cond.notify_all()
+
     def _read_results(self) -> None:
         out = self._child.stdout
         while True:
