@@ -242,7 +242,7 @@ def test_graceful_delete_of_running_pod(cluster, kcore, pod_body):
     cluster.wait_for(lambda: pod(cluster, "p1") is None)
     # graceful: first marked for deletion (kept while the kubelet stops it), then removed. Read from
     # the store's own history, since on a loaded machine the removal can come before a GET.
-    assert [t for t, _ in seen][0] == "MODIFIED" and seen[0][1]["metadata"]["deletionTimestamp"]
+    assert seen[0][0] == "MODIFIED" and seen[0][1]["metadata"]["deletionTimestamp"]
     assert seen[-1][0] == "DELETED"
 
 
