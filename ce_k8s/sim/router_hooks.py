@@ -102,7 +102,52 @@ class _Running:
         self.drain_until = 0.0
 
 
-class HookRunner:
+class FinishedCalls:
+    """What the router reads of a runner: finished calls in exit order and a wait for them.
+
+    Shared by :class:`HookRunner` and the spawner-process runner (router_spawner.py); a subclass
+    sets ``_finished`` (a queue of HookCall), ``_cond`` and ``_inflight`` (calls spawned, or queued,
+    whose result has not been taken).
+    """
+
+    _finished: queue.SimpleQueue[HookCall]
+    _cond: threading.Condition
+    _inflight: int
+
+    @property
+    def inflight(self) -> int:
+        """Calls spawned (or queued) whose result has not been taken yet."""
+        with self._cond:
+            return self._inflight
+
+    def take_finished(self) -> list[HookCall]:
+        """Every call that exited since the last take, in exit order."""
+        done: list[HookCall] = []
+        while True:
+            try:
+                done.append(self._finished.get_nowait())
+            except queue.Empty:
+                break
+        if done:
+            with self._cond:
+                self._inflight -= len(done)
+        return done
+
+    def wait(self, timeout: float | None = None, any_done: bool = False) -> bool:
+        """Block until every call finished (or one, with ``any_done``); False on timeout."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                pending = self._inflight - self._finished.qsize()
+                if pending <= 0 or (any_done and self._finished.qsize() > 0):
+                    return True
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
+
+
+class HookRunner(FinishedCalls):
     """Runs hook processes concurrently and reports finished :class:`HookCall` objects."""
 
     def __init__(self, timeout: float | None = None, max_running: int = 0, spawn_threads: int = 0) -> None:
@@ -131,12 +176,6 @@ class HookRunner:
             t.start()
 
     # ------------------------------------------------------------ router side
-    @property
-    def inflight(self) -> int:
-        """Calls spawned (or queued) whose result has not been taken yet."""
-        with self._cond:
-            return self._inflight
-
     def spawn(self, call: HookCall, env: dict[str, str]) -> None:
         """Start ``call``.
 
@@ -157,32 +196,6 @@ class HookRunner:
         self._start(call, env)
         with self._cond:
             self._inflight += 1
-
-    def take_finished(self) -> list[HookCall]:
-        """Every call that exited since the last take, in exit order."""
-        done: list[HookCall] = []
-        while True:
-            try:
-                done.append(self._finished.get_nowait())
-            except queue.Empty:
-                break
-        if done:
-            with self._cond:
-                self._inflight -= len(done)
-        return done
-
-    def wait(self, timeout: float | None = None, any_done: bool = False) -> bool:
-        """Block until every call finished (or one, with ``any_done``); False on timeout."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                pending = self._inflight - self._finished.qsize()
-                if pending <= 0 or (any_done and self._finished.qsize() > 0):
-                    return True
-                remaining = None if end is None else end - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
 
     def kill_all(self) -> None:
         """SIGKILL every live hook's process group (router abort or shutdown)."""

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ce_k8s.sim.router_hooks import HookCall
+from ce_k8s.sim.router_hooks import FinishedCalls, HookCall
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _recv(fh: Any) -> tuple[Any, ...] | None:
     return marshal.loads(data) if len(data) == n else None  # noqa: S302 - our own child's pipe, no job text
 
 
-class RemoteHookRunner:
+class RemoteHookRunner(FinishedCalls):
     """HookRunner's interface (spawn, take_finished, wait, inflight, kill_all, close), run by a child."""
 
     def __init__(self, timeout: float | None = None, max_running: int = 0, spawn_threads: int = 0) -> None:
@@ -87,11 +87,6 @@ class RemoteHookRunner:
         """The spawner process (benchmarks read its CPU and its hooks' CPU from /proc)."""
         return self._child.pid
 
-    @property
-    def inflight(self) -> int:
-        with self._cond:
-            return self._inflight
-
     def spawn(self, call: HookCall, env: dict[str, str]) -> None:
         """Hand `call` to the spawner; a process that cannot be made comes back with `spawn_error`."""
         with self._send_lock:
@@ -104,30 +99,6 @@ class RemoteHookRunner:
             if env is not self._env_sent:      # the router passes one dict for all its calls
                 send_env, self._env_sent = dict(env), env
             self._outbox.put(("spawn", ident, list(call.argv), call.stdin, call.hook, call.key, send_env))
-
-    def take_finished(self) -> list[HookCall]:
-        done: list[HookCall] = []
-        while True:
-            try:
-                done.append(self._finished.get_nowait())
-            except queue.Empty:
-                break
-        if done:
-            with self._cond:
-                self._inflight -= len(done)
-        return done
-
-    def wait(self, timeout: float | None = None, any_done: bool = False) -> bool:
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                pending = self._inflight - self._finished.qsize()
-                if pending <= 0 or (any_done and self._finished.qsize() > 0):
-                    return True
-                remaining = None if end is None else end - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
 
     def kill_all(self) -> None:
         """SIGKILL every live hook (router abort or shutdown); calls not reported yet are dropped."""
