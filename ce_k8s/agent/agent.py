@@ -6,6 +6,7 @@ Pieces, each in its own module:
 * `adtext` — the few ad lines the hot path reads and the lines it prints;
 * `creator.Creator` — creates pod then Secret with bounded concurrency under the QPS budget;
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
+* `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1);
 * `metrics.AgentMetrics` — Prometheus metrics on `CE_K8S_METRICS_ADDRESS`;
 * `server.HookServer` — the Unix socket, with the caller's uid from `SO_PEERCRED`.
 
