@@ -58,12 +58,21 @@ def unparse_old(value: object) -> str:
 
 
 def sprint_ad(ad: classad2.ClassAd) -> str:
-    """The bytes sPrintAd produces: byte-order sorted names, private names dropped, one per line."""
+    """The bytes sPrintAd produces: byte-order sorted names, private names dropped, one per line.
+
+    Each value is rendered as `unparse_old` does, through one scratch ad per call rather than one
+    per attribute: the router emulator prints every routed ad for every update hook, and the
+    allocations were a quarter of that cost.
+    """
     out: list[str] = []
+    one = classad2.ClassAd()
     for name in sorted(ad.keys()):
         if is_private(name):
             continue
-        out.append(f"{name} = {unparse_old(ad.lookup(name))}\n")
+        one["X"] = ad.lookup(name)
+        text = one.printOld()
+        value = text[4:-1] if text.endswith("\n") else text[4:]
+        out.append(f"{name} = {value}\n")
     return "".join(out)
 
 
