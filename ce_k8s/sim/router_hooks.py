@@ -102,6 +102,14 @@ class _Running:
         self.drain_until = 0.0
 
 
+def append_capped(sink: list[bytes], data: bytes) -> bool:
+    """Keep `data` while the stream holds less than the harness cap; False once it is dropped."""
+    if sum(len(c) for c in sink) >= _MAX_OUTPUT:
+        return False
+    sink.append(data)
+    return True
+
+
 class FinishedCalls:
     """What the router reads of a runner: finished calls in exit order and a wait for them.
 
@@ -359,9 +367,7 @@ class HookRunner(FinishedCalls):
         except OSError:
             data = b""
         if data:
-            if sum(len(c) for c in sink) < _MAX_OUTPUT:
-                sink.append(data)
-            else:
+            if not append_capped(sink, data):
                 run.call.truncated = True
             return
         with contextlib.suppress(KeyError, ValueError):

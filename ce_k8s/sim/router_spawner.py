@@ -32,7 +32,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ce_k8s.sim.router_hooks import FinishedCalls, HookCall
+from ce_k8s.sim.router_hooks import FinishedCalls, HookCall, append_capped
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,6 @@ class RemoteHookRunner(FinishedCalls):
 
 
 _CHUNK = 65536
-_MAX_OUTPUT = 64 * 1024 * 1024     # per stream, as router_hooks: far beyond any sane hook
 _DRAIN_GRACE = 1.0                 # seconds to collect output after the group was killed
 
 
@@ -348,9 +347,7 @@ class _Spawner:
         except OSError:
             data = b""
         if data:
-            if sum(len(c) for c in sink) < _MAX_OUTPUT:
-                sink.append(data)
-            else:
+            if not append_capped(sink, data):
                 h.truncated = True
             return
         self._forget(fd)

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
-from harness import T0, FakeClock, config_text, install_hooks, pilot, set_mode
+from harness import T0, FakeClock, config_text, echo_hook, install_hooks, pilot, set_mode
 
 from ce_k8s.condor.config import CondorConfig
 from ce_k8s.sim.router import Router, State
@@ -106,17 +106,7 @@ def test_spawn_failure_is_retried_next_poll(tmp_path, spawn_threads):
 def test_runner_threads_capture_output_and_kill_the_group(tmp_path):
     """§2.1 with spawner threads: stdin written fully then closed (the child sees EOF), stdout and
     stderr captured, the exit status read, and the process group killed once the hook exits."""
-    marker = tmp_path / "grandchild-ran"
-    child = tmp_path / "child.py"
-    child.write_text(f"import time\ntime.sleep(1)\nopen({str(marker)!r}, 'w').close()\n")
-    script = tmp_path / "hook"
-    script.write_text(f"#!{sys.executable} -S\n"
-                      "import subprocess, sys\n"
-                      "data = sys.stdin.buffer.read()\n"
-                      "sys.stdout.buffer.write(data[::-1]); sys.stderr.write('err')\n"
-                      f"subprocess.Popen([sys.executable, '-S', {str(child)!r}])\n"
-                      "sys.exit(3)\n")
-    script.chmod(0o755)
+    script, marker = echo_hook(tmp_path)
     runner = HookRunner(timeout=20, spawn_threads=2)
     try:
         payload = b"x" * 300_000 + b"end"   # bigger than a pipe buffer: written in pieces
@@ -150,5 +140,27 @@ def test_runner_threads_respect_max_running(tmp_path):
         ends = sorted(c.started + c.duration for c in calls)
         # never more than two alive at once: the third start is after the first end, and so on
         assert all(starts[i + 2] >= ends[i] - 0.05 for i in range(4))
+    finally:
+        runner.close()
+
+
+def test_output_beyond_the_harness_cap_is_dropped_and_marked(tmp_path, monkeypatch):
+    """The harness keeps at most _MAX_OUTPUT bytes per stream (a runaway hook must not exhaust the
+    test machine) and marks the call truncated; what came before the cap is kept as it was."""
+    from ce_k8s.sim import router_hooks
+
+    monkeypatch.setattr(router_hooks, "_MAX_OUTPUT", 4)
+    sink: list[bytes] = []
+    assert router_hooks.append_capped(sink, b"abc") and router_hooks.append_capped(sink, b"de")
+    assert not router_hooks.append_capped(sink, b"f") and sink == [b"abc", b"de"]
+    script, _ = echo_hook(tmp_path)
+    runner = HookRunner(timeout=20)
+    try:
+        call = HookCall(hook=HOOK_UPDATE, key="1.0", argv=[str(script)], stdin=b"0123456789" * 30_000)
+        runner.spawn(call, {})
+        assert runner.wait(20)
+        runner.take_finished()
+        assert call.truncated and 4 <= len(call.stdout) < 300_000
+        assert (b"0123456789" * 30_000)[::-1].startswith(call.stdout)
     finally:
         runner.close()

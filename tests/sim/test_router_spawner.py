@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
-from harness import T0, FakeClock, config_text, install_hooks, pilot, set_mode
+from harness import T0, FakeClock, config_text, echo_hook, install_hooks, pilot, set_mode
 
 from ce_k8s.condor.config import CondorConfig
 from ce_k8s.sim.router import Router, State
@@ -85,17 +85,7 @@ def test_spawn_failure_through_the_spawner_is_retried_next_poll(tmp_path):
 def test_remote_runner_writes_stdin_captures_output_and_kills_the_group(tmp_path):
     """§2.1 through the spawner: stdin bigger than a pipe buffer written whole then closed, stdout,
     stderr and the exit status carried back unchanged, the process group killed at exit."""
-    marker = tmp_path / "grandchild-ran"
-    child = tmp_path / "child.py"
-    child.write_text(f"import time\ntime.sleep(1)\nopen({str(marker)!r}, 'w').close()\n")
-    script = tmp_path / "hook"
-    script.write_text(f"#!{sys.executable} -S\n"
-                      "import os, subprocess, sys\n"
-                      "data = sys.stdin.buffer.read()\n"
-                      "sys.stdout.buffer.write(data[::-1]); sys.stderr.write(os.environ.get('ROUTER_ENV', '-'))\n"
-                      f"subprocess.Popen([sys.executable, '-S', {str(child)!r}])\n"
-                      "sys.exit(3)\n")
-    script.chmod(0o755)
+    script, marker = echo_hook(tmp_path)
     runner = RemoteHookRunner(timeout=20, spawn_threads=2)
     try:
         payload = b"x" * 300_000 + b"\x00\xffend"

@@ -82,3 +82,23 @@ def pilot(**extra: object) -> dict[str, object]:
     }
     ad.update(extra)
     return ad
+
+
+def echo_hook(tmp_path: Path) -> tuple[Path, Path]:
+    """A hook for the runners' §2.1 tests, and the file its escaped grandchild would create.
+
+    It reads all of stdin, writes it reversed to stdout, writes `$ROUTER_ENV` (or "err") to stderr,
+    starts a grandchild that creates the marker after 1 s unless the group is killed, and exits 3.
+    """
+    marker = tmp_path / "grandchild-ran"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\ntime.sleep(1)\nopen({str(marker)!r}, 'w').close()\n")
+    script = tmp_path / "hook"
+    script.write_text(f"#!{sys.executable} -S\n"
+                      "import os, subprocess, sys\n"
+                      "data = sys.stdin.buffer.read()\n"
+                      "sys.stdout.buffer.write(data[::-1]); sys.stderr.write(os.environ.get('ROUTER_ENV', 'err'))\n"
+                      f"subprocess.Popen([sys.executable, '-S', {str(child)!r}])\n"
+                      "sys.exit(3)\n")
+    script.chmod(0o755)
+    return script, marker
