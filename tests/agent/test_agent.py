@@ -156,13 +156,18 @@ def test_eviction_moves_to_a_new_pod(agent, server, settings):
     assert pod["metadata"]["labels"]["ce-k8s.htcondor.org/attempt"] == "1"
 
 
-def test_pod_deleted_out_of_band_is_held(agent, server, settings):
-    ad = routed_ad(Path(settings.spool))
+def delete_reported_pod(agent, server, ad) -> None:
+    """Create the job's pod, let the agent report it once, then delete it outside ce-k8s."""
     update(agent, ad)
     wait(lambda: agent.cache.get(NAME))
     update(agent, ad)
     server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
     wait(lambda: agent.cache.get(NAME) is None)
+
+
+def test_pod_deleted_out_of_band_is_held(agent, server, settings):
+    ad = routed_ad(Path(settings.spool))
+    delete_reported_pod(agent, server, ad)
     out = update(agent, ad)
     assert out["JobStatus"] == 5 and out["HoldReasonSubCode"] == HOLDS["pod-deleted"].subcode
 

@@ -15,15 +15,8 @@ from ce_k8s import protocol
 from ce_k8s.ops.status import PilotRow, agent_offers_list, rows_from_agent
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, make_spool, routed_ad, text_of, wait
-
-NAME = pod_name(GJID, 0)
-
-
-def update(agent, ad):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
+from .conftest import make_spool, routed_ad, wait
+from .test_agent import NAME, delete_reported_pod, update
 
 
 def test_list_rows_match_the_status_client(agent, server, settings):
@@ -47,11 +40,7 @@ def test_list_rows_match_the_status_client(agent, server, settings):
 
 def test_held_job_whose_pod_is_gone_is_listed(agent, server, settings):
     ad = routed_ad(Path(settings.spool))
-    update(agent, ad)
-    wait(lambda: agent.cache.get(NAME))
-    update(agent, ad)
-    server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
-    wait(lambda: agent.cache.get(NAME) is None)
+    delete_reported_pod(agent, server, ad)
     out = update(agent, ad)
     assert out["JobStatus"] == 5
     _status, parts = agent.handle(protocol.VERB_LIST, b"", 0)

@@ -6,6 +6,7 @@ visible) and that the job state shown is what the agent reports (factory view, Â
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -97,6 +98,21 @@ def test_status_exits_1_when_the_api_is_unreachable(host, tmp_path):
     assert code == 1 and out == ""
 
 
+@contextlib.contextmanager
+def _stub_agent(sock, handler):
+    """The agent's real socket server in front of `handler(verb, payload, uid)`, for the test's span."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    server = HookServer(str(sock), handler, pool)
+    server.start()
+    try:
+        yield
+    finally:
+        server.stop()
+        pool.shutdown()
+
+
 def test_status_exits_2_on_a_bad_knob(host):
     host.write_local("CE_K8S_MAX_ATTEMPTS = lots\n")
     code, _ = run_cli("status", "--config", str(host.config_dir))
@@ -116,17 +132,9 @@ def test_status_uses_the_agents_list_when_the_protocol_offers_it(host, monkeypat
         seen.append(verb)
         return "ok", [json.dumps({"pilots": [row]}).encode()]
 
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(1)
     sock = tmp_path / "list.sock"
-    server = HookServer(str(sock), handler, pool)
-    server.start()
-    try:
+    with _stub_agent(sock, handler):
         doc = _pilots(host, "--socket", str(sock))
-    finally:
-        server.stop()
-        pool.shutdown()
     assert seen == ["list"]
     assert doc["source"] == f"agent {sock}"
     [got] = doc["pilots"]
@@ -135,18 +143,10 @@ def test_status_uses_the_agents_list_when_the_protocol_offers_it(host, monkeypat
 
 def test_status_falls_back_to_the_api_when_the_agent_cannot_list(host, tmp_path, capsys):
     """An older agent that does not know the verb answers "bad": status asks the API instead."""
-    from concurrent.futures import ThreadPoolExecutor
-
     host.submit(9)
-    pool = ThreadPoolExecutor(1)
     sock = tmp_path / "old-agent.sock"
-    server = HookServer(str(sock), lambda verb, payload, uid: ("bad", [b"unknown verb"]), pool)
-    server.start()
-    try:
+    with _stub_agent(sock, lambda verb, payload, uid: ("bad", [b"unknown verb"])):
         doc = _pilots(host, "--socket", str(sock))
-    finally:
-        server.stop()
-        pool.shutdown()
     assert doc["source"].startswith("api ")
     assert [r["source_job"] for r in doc["pilots"]] == ["9.0"]
     assert "asking the Kubernetes API instead" in capsys.readouterr().err
