@@ -16,29 +16,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
-from harness import T0, FakeClock, config_text, echo_hook, install_hooks, pilot, set_mode
+from harness import echo_hook, make_router, pilot, set_mode, step
 
-from ce_k8s.condor.config import CondorConfig
-from ce_k8s.sim.router import Router, State
+from ce_k8s.sim.router import State
 from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall, HookRunner
-from ce_k8s.sim.schedd import Schedd
 
 
-def _router(tmp_path: Path, spawn_threads: int) -> tuple[Router, Schedd, Path, FakeClock]:
-    clock = FakeClock(T0)
-    hooks = install_hooks(tmp_path)
-    config = CondorConfig.from_text(config_text(hooks), name=str(tmp_path / "condor_config"))
-    schedd = Schedd(name="ce.example.org", clock=clock)
-    router = Router(config, schedd, env={"FAKE_HOOK_DIR": str(hooks)}, hook_timeout=20, clock=clock,
-                    spawn_threads=spawn_threads)
-    return router, schedd, hooks, clock
-
-
-def _step(router: Router, clock: FakeClock, n: int = 1) -> None:
-    for _ in range(n):
-        router.poll()
-        assert router.settle(timeout=30)
-        clock.advance(10)
+def _router(tmp_path: Path, spawn_threads: int):
+    return make_router(tmp_path, spawn_threads=spawn_threads)
 
 
 def test_whole_lifecycle_with_spawner_threads(tmp_path):
@@ -47,11 +32,11 @@ def test_whole_lifecycle_with_spawner_threads(tmp_path):
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads=2)
     try:
         job = schedd.submit(pilot())
-        _step(router, clock, 2)
+        step(router, clock, 2)
         rj = router.jobs[job]
         assert rj.state == State.SUBMITTED
         set_mode(hooks, "update", "complete")
-        _step(router, clock, 4)
+        step(router, clock, 4)
         assert job not in router.jobs or router.jobs[job].state == State.RETIRED
         assert schedd.get(job).eval("Managed") == "ScheddDone"
         kinds = [c.hook for c in router.calls]
@@ -70,7 +55,7 @@ def test_running_hook_is_not_spawned_again_with_spawner_threads(tmp_path):
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads=2)
     try:
         job = schedd.submit(pilot())
-        _step(router, clock, 2)
+        step(router, clock, 2)
         set_mode(hooks, "update", "sleep 1.5")
         for _ in range(4):
             router.poll()
@@ -91,12 +76,12 @@ def test_spawn_failure_is_retried_next_poll(tmp_path, spawn_threads):
     try:
         translate.write_text("#!/nonexistent/interpreter\n")  # executable file whose exec fails
         job = schedd.submit(pilot())
-        _step(router, clock)
+        step(router, clock)
         assert router.events["spawn_failed"] == 1
         assert router.hook_counts[HOOK_TRANSLATE] == 0
         assert router.jobs[job].state == State.CLAIMED
         translate.write_text(good)
-        _step(router, clock)
+        step(router, clock)
         assert router.jobs[job].state == State.SUBMITTED
         assert router.hook_counts[HOOK_TRANSLATE] == 1
     finally:

@@ -14,30 +14,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
-from harness import T0, FakeClock, config_text, echo_hook, install_hooks, pilot, set_mode
+from harness import echo_hook, make_router, pilot, set_mode, step
 
-from ce_k8s.condor.config import CondorConfig
-from ce_k8s.sim.router import Router, State
+from ce_k8s.sim.router import State
 from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall
 from ce_k8s.sim.router_spawner import RemoteHookRunner
-from ce_k8s.sim.schedd import Schedd
 
 
-def _router(tmp_path: Path, spawn_threads: int = 0) -> tuple[Router, Schedd, Path, FakeClock]:
-    clock = FakeClock(T0)
-    hooks = install_hooks(tmp_path)
-    config = CondorConfig.from_text(config_text(hooks), name=str(tmp_path / "condor_config"))
-    schedd = Schedd(name="ce.example.org", clock=clock)
-    router = Router(config, schedd, env={"FAKE_HOOK_DIR": str(hooks)}, hook_timeout=20, clock=clock,
-                    spawn_threads=spawn_threads, spawn_process=True)
-    return router, schedd, hooks, clock
-
-
-def _step(router: Router, clock: FakeClock, n: int = 1) -> None:
-    for _ in range(n):
-        router.poll()
-        assert router.settle(timeout=30)
-        clock.advance(10)
+def _router(tmp_path: Path, spawn_threads: int = 0):
+    return make_router(tmp_path, spawn_threads=spawn_threads, spawn_process=True)
 
 
 @pytest.mark.parametrize("spawn_threads", [0, 2])
@@ -49,10 +34,10 @@ def test_whole_lifecycle_through_the_spawner_process(tmp_path, spawn_threads):
     try:
         spawner = router.runner.pid
         job = schedd.submit(pilot())
-        _step(router, clock, 2)
+        step(router, clock, 2)
         assert router.jobs[job].state == State.SUBMITTED
         set_mode(hooks, "update", "complete")
-        _step(router, clock, 4)
+        step(router, clock, 4)
         assert schedd.get(job).eval("Managed") == "ScheddDone"
         kinds = [c.hook for c in router.calls]
         assert kinds[0] == HOOK_TRANSLATE and kinds.count(HOOK_TRANSLATE) == 1
@@ -73,10 +58,10 @@ def test_spawn_failure_through_the_spawner_is_retried_next_poll(tmp_path):
     try:
         translate.write_text("#!/nonexistent/interpreter\n")
         job = schedd.submit(pilot())
-        _step(router, clock)
+        step(router, clock)
         assert router.events["spawn_failed"] == 1 and router.jobs[job].state == State.CLAIMED
         translate.write_text(good)
-        _step(router, clock)
+        step(router, clock)
         assert router.jobs[job].state == State.SUBMITTED and router.hook_counts[HOOK_TRANSLATE] == 1
     finally:
         router.close()

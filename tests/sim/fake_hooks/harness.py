@@ -102,3 +102,27 @@ def echo_hook(tmp_path: Path) -> tuple[Path, Path]:
                       "sys.exit(3)\n")
     script.chmod(0o755)
     return script, marker
+
+
+def make_router(tmp_path: Path, **router_options: object):
+    """(router, schedd, hooks dir, clock): the fake hooks installed, a schedd, and a Router built
+    with `router_options` (spawn_threads, spawn_process...) on a fake clock."""
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.sim.router import Router
+    from ce_k8s.sim.schedd import Schedd
+
+    clock = FakeClock(T0)
+    hooks = install_hooks(tmp_path)
+    config = CondorConfig.from_text(config_text(hooks), name=str(tmp_path / "condor_config"))
+    schedd = Schedd(name="ce.example.org", clock=clock)
+    router = Router(config, schedd, env={"FAKE_HOOK_DIR": str(hooks)}, hook_timeout=20, clock=clock,
+                    **router_options)
+    return router, schedd, hooks, clock
+
+
+def step(router, clock, n: int = 1) -> None:
+    """`n` polls, each settled (every hook exited and applied), with 10 s of fake time after each."""
+    for _ in range(n):
+        router.poll()
+        assert router.settle(timeout=30)
+        clock.advance(10)
