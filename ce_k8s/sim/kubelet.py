@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 UNREACHABLE = "node.kubernetes.io/unreachable"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+_ZERO = Fraction(0)
 _UNRESOLVABLE = "Preemption is not helpful for scheduling"
 _NO_VICTIMS = "No preemption victims found for incoming pod"
 _PRESSURE = (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -181,6 +182,7 @@ class Kubelet:
         self._sig: dict[Key, tuple[str, dict[str, Fraction]]] = {}
         self._charged: dict[Key, tuple[str, dict[str, Fraction]]] = {}
         self._node_used: dict[str, dict[str, Fraction]] = {}
+        self._alloc_cache: dict[str, tuple[object, dict[str, Fraction]]] = {}   # node -> (rv, parsed)
         self._lost: set[str] = set()
         self._lost_timers: dict[str, list[asyncio.TimerHandle]] = {}
         self._pass_pending = False
@@ -448,16 +450,13 @@ class Kubelet:
                 elif not node_affinity_ok(pod, node):
                     fail = ["node(s) didn't match Pod's node affinity/selector"]
                 else:
-                    alloc = _dig(node, "status", "allocatable") or {}
+                    alloc = self._allocatable(name, node)
                     used = self._node_used.get(name, {})
                     for res, amount in sorted(req.items()):
                         if not amount:
                             continue
-                        try:
-                            cap = parse_quantity(alloc.get(res, 0))
-                        except ValueError:
-                            cap = Fraction(0)
-                        if used.get(res, Fraction(0)) + amount > cap:
+                        cap = alloc.get(res, _ZERO)
+                        if used.get(res, _ZERO) + amount > cap:
                             fail.append("Too many pods" if res == "pods" else f"Insufficient {res}")
                     resolvable = bool(fail)
             if fail:
@@ -478,17 +477,34 @@ class Kubelet:
         second = ", ".join(sorted(f"{n} {r}" for r, n in preempt.items()))
         return None, f"0/{total} nodes are available: {first}. preemption: 0/{total} nodes are available: {second}."
 
+    def _allocatable(self, name: str, node: Mapping[str, Any]) -> dict[str, Fraction]:
+        """The node's parsed ``status.allocatable``, kept until the node object changes.
+
+        Why: the scheduler checks every node for every pod, and parsing the same quantities
+        again each time was the largest part of the scheduling pass (docs/performance.md). An
+        unparsable quantity counts as 0, which fits nothing, as before.
+        """
+        rv = meta_of(node).get("resourceVersion")
+        hit = self._alloc_cache.get(name)
+        if hit is not None and hit[0] == rv and rv is not None:
+            return hit[1]
+        parsed: dict[str, Fraction] = {}
+        for res, raw in (_dig(node, "status", "allocatable") or {}).items():
+            try:
+                parsed[res] = parse_quantity(raw)
+            except ValueError:
+                parsed[res] = _ZERO
+        self._alloc_cache[name] = (rv, parsed)
+        return parsed
+
     def _load(self, name: str, node: Mapping[str, Any]) -> float:
-        alloc = _dig(node, "status", "allocatable") or {}
+        alloc = self._allocatable(name, node)
         used = self._node_used.get(name, {})
         score = 0.0
         for res in ("cpu", "memory"):
-            try:
-                cap = parse_quantity(alloc.get(res, 0))
-            except ValueError:
-                continue
+            cap = alloc.get(res)
             if cap:
-                score += float(used.get(res, Fraction(0)) / cap)
+                score += float(used.get(res, _ZERO) / cap)
         return score
 
     def _charge(self, key: Key, node: str, req: Mapping[str, Fraction]) -> None:

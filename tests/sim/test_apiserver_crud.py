@@ -432,3 +432,23 @@ def test_discovery_and_version_with_and_without_trailing_slash(core, api_only):
         assert doc, path
     with urllib.request.urlopen(api_only.url + "/api/v1") as r:
         assert json.loads(r.read())["groupVersion"] == "v1"
+
+
+def test_status_write_keeps_spec_and_never_edits_the_stored_object(core, api_only, pod_body):
+    """The simulators' status writes (Api.write) change status only: a replaced spec is put back,
+    the object stored before the write is left as it was, and a read sees the new status."""
+    core.create_namespaced_pod("default", pod_body("p1"))
+    before = api_only.call(api_only.api.get, "pods", "default", "p1")
+    before_status = json.dumps(before.get("status"), sort_keys=True)
+
+    def mutate(p):
+        p["status"]["phase"] = "Running"
+        p["metadata"].setdefault("annotations", {})["x"] = "y"
+        p["spec"] = {"containers": []}          # ignored: the status subresource cannot change spec
+
+    after = api_only.call(api_only.api.write, "pods", "default", "p1", mutate)
+    assert after["status"]["phase"] == "Running"
+    assert after["spec"] == before["spec"] and after["spec"]["containers"]
+    assert json.dumps(before.get("status"), sort_keys=True) == before_status      # old version untouched
+    assert "x" not in (before["metadata"].get("annotations") or {})
+    assert core.read_namespaced_pod("p1", "default").status.phase == "Running"

@@ -161,6 +161,17 @@ def test_unschedulable_message_and_retry_when_resources_free(cluster, kcore, pod
     wait_phase(cluster, "c", "Running")
 
 
+def test_scheduler_follows_a_change_of_node_allocatable(cluster, kcore, pod_body):
+    """The scheduler keeps each node's parsed allocatable only while the node is unchanged."""
+    kcore.create_namespaced_pod("default", pod_body("a", scenario="run=forever", cpu="1"))
+    wait_phase(cluster, "a", "Running")                    # the scheduler has read both cpu nodes
+    for name in ("cpu-1", "cpu-2"):
+        kcore.patch_node_status(name, {"status": {"allocatable": {"cpu": "2"}}})
+    kcore.create_namespaced_pod("default", pod_body("b", scenario="run=forever", cpu="3"))
+    cluster.wait_for(lambda: "2 Insufficient cpu" in
+                     conditions(pod(cluster, "b")).get("PodScheduled", {}).get("message", ""))
+
+
 def test_gpu_pods_need_toleration_and_land_on_gpu_nodes(cluster, kcore, pod_body):
     gpu = pod_body("g1", scenario="run=forever", tolerations=[GPU_TOLERATION])
     gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
