@@ -786,7 +786,6 @@ class Router:
             log.warning("JobRouter failure (%s): ad disappeared before update finished", job.desc())
             self._gracefully_remove(job, "routed job vanished during update")
             return
-        job.dest_ad = copy_ad(current)
         job.saw_dest_job = True
         pairs = [(name, update.lookup(name)) for name in update.keys()]
         status = eval_int(current, "JobStatus")
@@ -798,14 +797,27 @@ class Router:
         except PushRejected as exc:
             log.warning("JobRouter failure (%s): failed to update routed job status: %s", job.desc(), exc)
             self.events["update_push_rejected"] += 1
+            job.dest_ad = copy_ad(current)         # the transaction changed nothing
             self._gracefully_remove(job, f"update push rejected: {exc}")
             return
-        for name, value in pairs:
-            job.dest_ad[name] = value
-        self._finish_check_submitted_job_status(job)
+        # The reloaded ad with the update merged, copied once: the queue's ad after the push
+        # (the next step would otherwise copy it a second time), or, if the push made the job
+        # leave the queue, the ad as it was plus the update.
+        after = self.schedd2.get(job.dest_key)
+        if after is not None:
+            job.dest_ad = copy_ad(after)
+        else:
+            job.dest_ad = copy_ad(current)
+            for name, value in pairs:
+                job.dest_ad[name] = value
+        self._finish_check_submitted_job_status(job, dest_fresh=after is not None)
 
-    def _finish_check_submitted_job_status(self, job: RouterJob) -> None:
-        """FinishCheckSubmittedJobStatus: mirror the routed job into the source job (§2.3)."""
+    def _finish_check_submitted_job_status(self, job: RouterJob, dest_fresh: bool = False) -> None:
+        """FinishCheckSubmittedJobStatus: mirror the routed job into the source job (§2.3).
+
+        ``dest_fresh``: ``job.dest_ad`` is a copy of the queue's ad taken a moment ago, after
+        UpdateRoutedJobStatus pushed (nothing ran in between), so it is not copied again.
+        """
         src = self.schedd.get(job.src_key)
         if src is None:
             job.is_interrupted = True
@@ -833,7 +845,8 @@ class Router:
             elif age > self.mirror_lag:
                 self._gracefully_remove(job, "routed job never appeared")
             return
-        job.dest_ad = copy_ad(dest)
+        if not dest_fresh:
+            job.dest_ad = copy_ad(dest)
         job.saw_dest_job = True
         custom = list(self.rc.attrs_to_copy(job.src_ad) or [])  # empty without a keyword (§1.1)
         self._update_job_status(src, job.dest_ad, job, custom)
