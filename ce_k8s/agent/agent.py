@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
 from ce_k8s.agent.cache import PodCache
+from ce_k8s.agent.corecalls import CoreCalls
 from ce_k8s.agent.journal import PostJournal
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
@@ -127,6 +128,7 @@ class Agent:
         self.settings = settings
         self.options = options or AgentOptions()
         self.core = k8s.CoreV1Api(api_client)
+        self.calls = CoreCalls(api_client)       # the per-pilot calls, without the typed round trip
         self.socket_path = settings.socket
         self.spool = settings.spool
         self.request_timeout = request_timeout
@@ -420,8 +422,8 @@ class Agent:
         self.bucket.acquire(self.stop_event)
         t0 = time.monotonic()
         try:
-            self.core.delete_namespaced_pod(name, namespace, propagation_policy="Background",
-                                            _preload_content=False, _request_timeout=self.request_timeout)
+            self.calls.delete_namespaced_pod(name, namespace, propagation_policy="Background",
+                                             _preload_content=False, _request_timeout=self.request_timeout)
             existed = 1
             self.metrics["deletes"] += 1
         except ApiException as exc:
@@ -599,7 +601,7 @@ class Agent:
         if stream:
             kwargs["stream"] = stream
         try:
-            resp = self.core.read_namespaced_pod_log(pod.name, pod.namespace, **kwargs)
+            resp = self.calls.read_namespaced_pod_log(pod.name, pod.namespace, **kwargs)
         except Exception as exc:
             self.prom.api_error("get", "pods/log", exc)
             raise

@@ -257,14 +257,14 @@ class Creator:
         (F3: a second POST could land after an eviction and bring the ended attempt back). Right
         before every real POST the cache is checked once more for a tombstone of the name.
         """
-        core = self.agent.core
         name = built.name
         journal = self.agent.journal
         posted = journal.posted(name)
         if posted or (rec is not None and (rec.failures or rec.seen_uid or self.agent.cache.get(name) is not None
                                            or self.agent.cache.get_gone(name) is not None)):
             try:
-                self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod, dry_run="All")
+                self._call("create pod", self.agent.calls.create_namespaced_pod, built.namespace, built.pod,
+                           dry_run="All")
             except ApiException as exc:
                 if exc.status != 409:
                     raise classify(exc, "create pod (dry run)") from exc
@@ -291,7 +291,7 @@ class Creator:
         journal.record_post(name)      # before the request leaves: a SIGKILL after it must not forget
         try:
             t0 = time.monotonic()
-            resp = self._call("create pod", core.create_namespaced_pod, built.namespace, built.pod)
+            resp = self._call("create pod", self.agent.calls.create_namespaced_pod, built.namespace, built.pod)
             self.agent.prom.create_seconds.observe(time.monotonic() - t0)
             self.agent.prom.pods_created.inc()
             self.agent.metrics["creates"] += 1
@@ -345,7 +345,7 @@ class Creator:
             meta["ownerReferences"] = [owner_reference(built.name, uid)]
         secret["metadata"] = meta
         try:
-            self._call("create secret", core.create_namespaced_secret, built.namespace, secret)
+            self._call("create secret", self.agent.calls.create_namespaced_secret, built.namespace, secret)
             return
         except ApiException as exc:
             if exc.status != 409:
