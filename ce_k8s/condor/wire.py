@@ -60,10 +60,34 @@ def unparse_old(value: object) -> str:
 def sprint_ad(ad: classad2.ClassAd) -> str:
     """The bytes sPrintAd produces: byte-order sorted names, private names dropped, one per line.
 
-    Each value is rendered as `unparse_old` does, through one scratch ad per call rather than one
-    per attribute: the router emulator prints every routed ad for every update hook, and the
-    allocations were a quarter of that cost.
+    The library prints the whole ad in one call; its lines are then filtered and put in byte
+    order. That is used only when every attribute came out as one line under its own name (no
+    raw newline in a value, no quoted name); otherwise each value is printed on its own
+    (`sprint_ad_by_attribute`, the rule). Why: the router emulator prints an ad for five of
+    every pilot's six hook calls, and printing attribute by attribute was 40 % of its CPU
+    (177 vs 9 µs for an 87-attribute ad).
     """
+    lines = ad.printOld().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    keys = set(ad.keys())
+    if len(lines) == len(keys):
+        named = []
+        for line in lines:
+            name = line.partition(" = ")[0]
+            if name not in keys:
+                break
+            if not is_private(name):
+                named.append((name, line))
+        else:
+            named.sort()
+            return "".join(line + "\n" for _, line in named)
+    return sprint_ad_by_attribute(ad)
+
+
+def sprint_ad_by_attribute(ad: classad2.ClassAd) -> str:
+    """`sprint_ad` one attribute at a time, through one scratch ad (the rule the fast path must
+    match, and the path for values with raw newlines)."""
     out: list[str] = []
     one = classad2.ClassAd()
     for name in sorted(ad.keys()):

@@ -136,6 +136,23 @@ def test_sprint_then_parse_round_trips_single_line_values(values):
         assert back.eval(k) == ad.eval(k), k
 
 
+@given(st.dictionaries(
+    st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True),
+              st.sampled_from(["ClaimId", "Capability", "_condor_privX", "_CONDOR_PRIVy", "ChildClaimIds"])),
+    st.one_of(st.integers(-2**62, 2**62), st.booleans(), st.floats(allow_nan=False), st.text(max_size=30),
+              st.lists(st.integers(0, 9), max_size=3),
+              st.sampled_from(["a + 1", "x =?= undefined", 'strcat("a", b)', "[ y = 1; z = y ]", "{ 1, \"s\" }",
+                               "ifThenElse(a, \"x\ny\", 2)"]).map(classad2.ExprTree)),
+    max_size=15))
+@example({"A": "x\ny", "b": 1})                 # a raw newline: the attribute-by-attribute path
+def test_sprint_ad_fast_path_matches_the_attribute_rule(values):
+    """sprint_ad (one library print, then filtered and sorted) equals printing each attribute."""
+    ad = classad2.ClassAd()
+    for k, v in values.items():
+        ad[k] = v
+    assert wire.sprint_ad(ad) == wire.sprint_ad_by_attribute(ad)
+
+
 def test_oversized_ad_is_refused_before_parsing():
     """internals.md MAX_AD_BYTES: a 100 MB ad is refused by size, naming the source, not parsed."""
     big = "A = 1\n" * (wire.MAX_AD_BYTES // 6 + 10)
