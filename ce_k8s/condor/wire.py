@@ -70,12 +70,12 @@ def sprint_ad(ad: classad2.ClassAd) -> str:
     lines = ad.printOld().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    keys = set(ad.keys())
-    if len(lines) == len(keys):
+    # Every attribute prints at least one line, so as many lines as attributes means one each.
+    if len(lines) == len(ad):
         named = []
         for line in lines:
             name = line.partition(" = ")[0]
-            if name not in keys:
+            if not (name.isidentifier() and name.isascii()):     # a quoted name: the rule decides
                 break
             if not is_private(name):
                 named.append((name, line))

@@ -32,6 +32,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +61,16 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 UNREACHABLE = "node.kubernetes.io/unreachable"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
-_ZERO = Fraction(0)
+_ZERO = 0
+
+
+def _milli(q: Fraction) -> int:
+    """A quantity in thousandths, rounded up (Quantity.MilliValue): the scheduler compares ints.
+
+    Why: exact Fractions made each node check of the scheduling pass several times slower, and
+    kube-scheduler itself counts CPU in millicores and everything else in whole units.
+    """
+    return math.ceil(q * 1000)
 _UNRESOLVABLE = "Preemption is not helpful for scheduling"
 _NO_VICTIMS = "No preemption victims found for incoming pod"
 _PRESSURE = (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -179,10 +189,12 @@ class Kubelet:
         self._pods: dict[Key, PodSim] = {}
         self._active: dict[Key, None] = {}
         self._unschedulable: dict[Key, None] = {}
-        self._sig: dict[Key, tuple[str, dict[str, Fraction]]] = {}
-        self._charged: dict[Key, tuple[str, dict[str, Fraction]]] = {}
-        self._node_used: dict[str, dict[str, Fraction]] = {}
-        self._alloc_cache: dict[str, tuple[object, dict[str, Fraction]]] = {}   # node -> (rv, parsed)
+        # Requests, usage and allocatable in thousandths of a unit (_milli).
+        self._sig: dict[Key, tuple[str, dict[str, int]]] = {}
+        self._charged: dict[Key, tuple[str, dict[str, int]]] = {}
+        self._node_used: dict[str, dict[str, int]] = {}
+        self._alloc_cache: dict[str, tuple[object, dict[str, int]]] = {}   # node -> (rv, parsed)
+        self._fit_cache: dict[tuple[str, str], tuple[object, str]] = {}   # (pod sig, node) -> (rv, why)
         self._lost: set[str] = set()
         self._lost_timers: dict[str, list[asyncio.TimerHandle]] = {}
         self._pass_pending = False
@@ -377,7 +389,7 @@ class Kubelet:
             self._pass_pending = True
             self.loop.call_soon(self._schedule_pass)
 
-    def _requests(self, key: Key, pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    def _requests(self, key: Key, pod: Mapping[str, Any]) -> dict[str, int]:
         cached = self._sig.get(key)
         if cached is not None:
             return cached[1]
@@ -385,7 +397,8 @@ class Kubelet:
             req = pod_resources(pod, "requests")
         except ValueError:
             req = {}
-        req["pods"] = Fraction(1)
+        req = {res: _milli(q) for res, q in req.items()}
+        req["pods"] = 1000
         spec = pod.get("spec") or {}
         sig = json.dumps([spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations"),
                           sorted((k, str(v)) for k, v in req.items())], sort_keys=True, default=str)
@@ -410,7 +423,7 @@ class Kubelet:
             msg = memo.get(sig)
             node = None
             if msg is None:
-                node, msg = self._find_node(pod, req, nodes)
+                node, msg = self._find_node(pod, req, nodes, sig)
             if node is None:
                 memo[sig] = msg
                 self._unschedulable[key] = None
@@ -427,38 +440,51 @@ class Kubelet:
             self._event(pod, "Scheduled", f"Successfully assigned {key[0]}/{key[1]} to {node}",
                         component="default-scheduler")
 
-    def _find_node(self, pod: Mapping[str, Any], req: Mapping[str, Fraction],
-                   nodes: list[Mapping[str, Any]]) -> tuple[str | None, str]:
+    def _static_fit(self, pod: Mapping[str, Any], node: Mapping[str, Any], name: str, sig: str | None) -> str:
+        """Why ``node`` is ruled out for ``pod`` before resources (unschedulable, taints, affinity),
+        or "" when it is not; kept per pod signature until the node changes (its resourceVersion),
+        since the signature holds every pod field these checks read."""
+        rv = meta_of(node).get("resourceVersion")
+        if sig is not None and rv is not None:
+            hit = self._fit_cache.get((sig, name))
+            if hit is not None and hit[0] == rv:
+                return hit[1]
+        tolerations = _dig(pod, "spec", "tolerations") or []
+        why = ""
+        if _dig(node, "spec", "unschedulable") and not tolerates(
+                tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
+            why = "node(s) were unschedulable"
+        else:
+            bad = [t for t in _dig(node, "spec", "taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")
+                   and not tolerates(tolerations, t)]
+            if bad:
+                t = bad[0]
+                why = f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value') or ''}}}"
+            elif not node_affinity_ok(pod, node):
+                why = "node(s) didn't match Pod's node affinity/selector"
+        if sig is not None and rv is not None:
+            self._fit_cache[(sig, name)] = (rv, why)
+        return why
+
+    def _find_node(self, pod: Mapping[str, Any], req: Mapping[str, int],
+                   nodes: list[Mapping[str, Any]], sig: str | None = None) -> tuple[str | None, str]:
         reasons: dict[str, int] = {}
         preempt: dict[str, int] = {}
         best: tuple[float, str] | None = None
-        tolerations = _dig(pod, "spec", "tolerations") or []
         for node in nodes:
             name = str(meta_of(node).get("name"))
-            taints = _dig(node, "spec", "taints") or []
             fail: list[str] = []
             resolvable = False
-            if _dig(node, "spec", "unschedulable") and not tolerates(
-                    tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
-                fail = ["node(s) were unschedulable"]
+            why = self._static_fit(pod, node, name, sig)
+            if why:
+                fail = [why]
             else:
-                bad = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
-                       and not tolerates(tolerations, t)]
-                if bad:
-                    t = bad[0]
-                    fail = [f"node(s) had untolerated taint {{{t.get('key')}: {t.get('value') or ''}}}"]
-                elif not node_affinity_ok(pod, node):
-                    fail = ["node(s) didn't match Pod's node affinity/selector"]
-                else:
-                    alloc = self._allocatable(name, node)
-                    used = self._node_used.get(name, {})
-                    for res, amount in sorted(req.items()):
-                        if not amount:
-                            continue
-                        cap = alloc.get(res, _ZERO)
-                        if used.get(res, _ZERO) + amount > cap:
-                            fail.append("Too many pods" if res == "pods" else f"Insufficient {res}")
-                    resolvable = bool(fail)
+                alloc = self._allocatable(name, node)
+                used = self._node_used.get(name, {})
+                for res, amount in sorted(req.items()):
+                    if amount and used.get(res, _ZERO) + amount > alloc.get(res, _ZERO):
+                        fail.append("Too many pods" if res == "pods" else f"Insufficient {res}")
+                resolvable = bool(fail)
             if fail:
                 for r in fail:
                     reasons[r] = reasons.get(r, 0) + 1
@@ -477,7 +503,7 @@ class Kubelet:
         second = ", ".join(sorted(f"{n} {r}" for r, n in preempt.items()))
         return None, f"0/{total} nodes are available: {first}. preemption: 0/{total} nodes are available: {second}."
 
-    def _allocatable(self, name: str, node: Mapping[str, Any]) -> dict[str, Fraction]:
+    def _allocatable(self, name: str, node: Mapping[str, Any]) -> dict[str, int]:
         """The node's parsed ``status.allocatable``, kept until the node object changes.
 
         Why: the scheduler checks every node for every pod, and parsing the same quantities
@@ -488,10 +514,10 @@ class Kubelet:
         hit = self._alloc_cache.get(name)
         if hit is not None and hit[0] == rv and rv is not None:
             return hit[1]
-        parsed: dict[str, Fraction] = {}
+        parsed: dict[str, int] = {}
         for res, raw in (_dig(node, "status", "allocatable") or {}).items():
             try:
-                parsed[res] = parse_quantity(raw)
+                parsed[res] = _milli(parse_quantity(raw))
             except ValueError:
                 parsed[res] = _ZERO
         self._alloc_cache[name] = (rv, parsed)
@@ -507,13 +533,13 @@ class Kubelet:
                 score += float(used.get(res, _ZERO) / cap)
         return score
 
-    def _charge(self, key: Key, node: str, req: Mapping[str, Fraction]) -> None:
+    def _charge(self, key: Key, node: str, req: Mapping[str, int]) -> None:
         if key in self._charged:
             return
         self._charged[key] = (node, dict(req))
         used = self._node_used.setdefault(node, {})
         for k, val in req.items():
-            used[k] = used.get(k, Fraction(0)) + val
+            used[k] = used.get(k, 0) + val
 
     def _uncharge(self, key: Key) -> None:
         entry = self._charged.pop(key, None)
@@ -522,7 +548,7 @@ class Kubelet:
         node, req = entry
         used = self._node_used.setdefault(node, {})
         for k, val in req.items():
-            used[k] = used.get(k, Fraction(0)) - val
+            used[k] = used.get(k, 0) - val
         self._kick(full=True)
 
     def _mark_unschedulable(self, pod: Mapping[str, Any], msg: str) -> None:
