@@ -39,7 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
 from ce_k8s.agent.cache import PodCache
-from ce_k8s.agent.corecalls import CoreCalls
+from ce_k8s.agent.corecalls import CoreCalls, drained
 from ce_k8s.agent.journal import PostJournal
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
@@ -436,8 +436,8 @@ class Agent:
         if not existed:
             self.bucket.acquire(self.stop_event)
             try:
-                self.core.delete_namespaced_secret(secret_name(name), namespace, _preload_content=False,
-                                                   _request_timeout=self.request_timeout)
+                drained(self.core.delete_namespaced_secret(secret_name(name), namespace, _preload_content=False,
+                                                           _request_timeout=self.request_timeout))
             except ApiException as exc:
                 if exc.status != 404:
                     self.prom.api_error("delete", "secrets", exc)

@@ -32,6 +32,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s.agent import adtext
+from ce_k8s.agent.corecalls import drained
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.ratelimit import backoff
 from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_RETRY, CreateInfo
@@ -215,7 +216,7 @@ class Creator:
         if not agent.bucket.acquire(agent.stop_event):
             raise Temporary("agent stopping")
         try:
-            return fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs)
+            return drained(fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs))
         except Exception as exc:
             verb, _, resource = what.partition(" ")
             if not (verb == "create" and getattr(exc, "status", None) == 409):

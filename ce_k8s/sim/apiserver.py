@@ -33,6 +33,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,9 @@ class ApiServer:
         self._thread: threading.Thread | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._stats: Callable[[], Mapping[str, object]] | None = None
+        # TCP connections clients opened (a client that keeps its connections alive opens few).
+        self.connections = 0
+        self._transports: weakref.WeakSet[object] = weakref.WeakSet()
 
     # ---- lifecycle on a running loop ------------------------------------------------------------
     async def start(self) -> None:
@@ -315,8 +319,10 @@ class ApiServer:
         self._stats = extra or (lambda: {})
 
     def stats(self) -> dict[str, object]:
-        """What ``GET /_sim/stats`` answers: {"calls": [[verb, resource, n], ...], **extra()}."""
-        doc: dict[str, object] = {"calls": [[verb, res, n] for (verb, res), n in sorted(self.calls.items())]}
+        """What ``GET /_sim/stats`` answers: {"calls": [[verb, resource, n], ...], "connections": n,
+        **extra()}."""
+        doc: dict[str, object] = {"calls": [[verb, res, n] for (verb, res), n in sorted(self.calls.items())],
+                                  "connections": self.connections}
         if self._stats is not None:
             doc.update(self._stats())
         return doc
@@ -327,6 +333,10 @@ class ApiServer:
 
     # ---- HTTP -------------------------------------------------------------------------------------
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None and transport not in self._transports:
+            self._transports.add(transport)
+            self.connections += 1
         try:
             return await self._dispatch(request)
         except ApiError as e:

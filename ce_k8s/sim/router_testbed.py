@@ -227,6 +227,11 @@ class RemoteApiServer:
     def reset_calls(self) -> None:
         self._base = self._raw_calls()
 
+    @property
+    def connections(self) -> int:
+        """TCP connections the child's clients have opened so far."""
+        return int(self.stats()["connections"])  # type: ignore[call-overload]
+
 
 @dataclass
 class Outcome:

@@ -27,9 +27,14 @@ SECRET = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "p1-sandbox
           "data": {"proxy": "UEVN"}}
 
 
+class _Raw:
+    def read(self, cache_content: bool = False) -> bytes:
+        return b""
+
+
 class _Answer:
     status = 200
-    response = object()
+    response = _Raw()
 
     def read(self) -> bytes:
         return b""
@@ -103,3 +108,51 @@ def test_answers_and_errors_over_http(server):
     with pytest.raises(ApiException) as exc:
         calls.delete_namespaced_pod("p1-gone", "default")
     assert exc.value.status == 404
+
+
+def test_agent_client_keeps_one_connection_per_calling_thread(server):
+    """The agent's client pool covers every thread that calls the API (ce_k8s.agent.main): with
+    that many threads calling at once, round after round, no connection is opened twice. (With
+    the client's default pool of cpu_count * 5 connections, each round beyond the pool opened and
+    dropped new ones.)"""
+    import threading
+
+    from ce_k8s.agent.main import api_client_for, connection_pool_size
+    from ce_k8s.settings import Settings
+
+    size = connection_pool_size(Settings(create_concurrency=8))
+    assert size >= 8 + 8 + 2                       # create workers, I/O pool, watch and GC
+    calls = CoreCalls(api_client_for(server.kubeconfig_path, size))
+    before = server.connections
+    barrier = threading.Barrier(size)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                barrier.wait(timeout=10)
+                calls.request("GET", "/api/v1/namespaces/{namespace}/pods", {"namespace": "default"},
+                              _request_timeout=10).read()
+        except BaseException as exc:      # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert server.connections - before <= size
+
+
+def test_every_answer_is_read_so_its_connection_is_reused(server):
+    """A raw answer nobody reads keeps its connection out of the pool; CoreCalls reads each one,
+    so one caller making many calls (whose answers it ignores) uses one connection."""
+    from kubernetes import config
+
+    calls = CoreCalls(config.new_client_from_config(config_file=server.kubeconfig_path))
+    before = server.connections
+    for i in range(20):
+        calls.create_namespaced_pod("default", {**json.loads(json.dumps(POD)), "metadata": {"name": f"r{i}"}})
+        calls.delete_namespaced_pod(f"r{i}", "default", propagation_policy="Background")
+    assert server.connections - before == 1
