@@ -8,13 +8,22 @@ the real `ce-k8s agent` process → API emulator → kubelet sim (pods time-scal
 (pod logs into the job's Out/Err) → cleanup, with a GlideinWMS-like factory staging out and
 removing finished pilots (`ce_k8s.sim.router_testbed.TestBed`, the engine of `ce-k8s demo`).
 
+The factory (`Factory`) keeps `--depth` unfinished pilots at the CE (default 500) and tops the
+queue up after every router poll, as a GlideinWMS factory keeps an entry under its glidein limits
+instead of handing over its whole demand at once. `--depth 0` submits every pilot at the start
+(one burst; `bench/run.py` reports that run's figures with the prefix `burst_`).
+
 Figures:
-* `pipeline_pilots_per_s`: pilots divided by the time from submitting them all to the last one
-  finishing (ramp-up and tail included: the conservative reading of "sustained").
+* `pipeline_pilots_per_s`: pilots divided by the time from the first submission to the last
+  pilot finishing (ramp-up and drain included: the conservative reading of "sustained").
+* `pipeline_depth`, `pipeline_feed_end_s`: the factory's depth and when it submitted its last
+  pilot (after that the queue only drains).
 * `hook_spawns_per_pilot`: hook processes the router started, per pilot.
 * `api_calls_per_pilot`: API requests counted by the emulator after set-up, per pilot (every
   verb, including the agent's LIST/WATCH and the finalize hook's log reads).
-* `python_bare_cpu_s` and `pipeline_efficiency` as defined in issue 7.
+* `python_bare_cpu_s` and `pipeline_efficiency` as defined in issue 7; the bare start's CPU is the
+  mean of 100 starts just before and 100 just after the run (`_before`, `_after`), on the idle
+  machine.
 * CPU seconds per pilot by process group, to show where the machine's two cores went, and
   `pipeline_cpu_efficiency` (bare-start CPU / all CPU the pipeline used: the efficiency the run
   would have if no core sat idle and no other process shared the machine).
@@ -136,15 +145,54 @@ class _Marks:
                      f"{hooks} hook processes so far")
 
 
+class Factory:
+    """The submitting side: a GlideinWMS factory keeping an entry's pilots at the CE topped up.
+
+    A factory does not hand a CE its whole demand at once: each cycle it submits only what keeps
+    the entry under its limits (``per_entry glideins/idle``, ``max_submits`` per cycle;
+    htcondor-ce.md §5). Here it keeps at most ``depth`` unfinished pilots in the CE's queue and
+    refills after every router poll, so the CE sees a steady stream. ``depth`` 0 hands over every
+    pilot at the start (one burst, the first rounds' arrangement).
+    """
+
+    def __init__(self, bed, work: list, depth: int) -> None:
+        self.bed = bed
+        self.work = work
+        self.depth = depth if depth > 0 else len(work)
+        self.next = 0
+        self.feed_end_s: float | None = None
+        self.t0 = time.monotonic()
+
+    def top_up(self) -> None:
+        room = min(self.depth - self.bed.pending(), len(self.work) - self.next)
+        if room > 0:
+            self.bed.submit(self.work[self.next:self.next + room])
+            self.next += room
+            if self.next == len(self.work):
+                self.feed_end_s = time.monotonic() - self.t0
+
+    def run(self, timeout: float, poll_interval: float, progress) -> bool:
+        """Tick the test bed until every pilot is submitted and finished; False on timeout."""
+        deadline = self.t0 + timeout
+        self.top_up()
+        while (self.bed.pending() or self.next < len(self.work)) and time.monotonic() < deadline:
+            self.bed.tick(poll_interval)
+            self.top_up()
+            progress(self.bed)
+        return not self.bed.pending() and self.next == len(self.work)
+
+
 def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: float = 900.0,
-        bare_samples: int = 40, qps: float = 1000.0, spawn_threads: int = 2,
-        api_process: bool = True, spawn_process: bool = True) -> dict[str, float]:
+        bare_samples: int = 100, qps: float = 1000.0, spawn_threads: int = 2,
+        api_process: bool = True, spawn_process: bool = True, nodes: str | None = None,
+        depth: int = 500) -> dict[str, float]:
     """Run `pilots` pilots through a fresh test bed and return the figures (module docstring)."""
     from ce_k8s.sim.router_testbed import TestBed
 
-    progress(f"pipeline: measuring one bare python start ({bare_samples} samples)")
-    bare_cpu = bare_python_cpu_s(bare_samples)
-    progress(f"pipeline: python -S -c pass costs {bare_cpu * 1e3:.2f} ms CPU; starting the test bed, {pilots} pilots")
+    progress(f"pipeline: measuring one bare python start ({bare_samples} samples now, as many after the run)")
+    bare_before = bare_python_cpu_s(bare_samples)
+    progress(f"pipeline: python -S -c pass costs {bare_before * 1e3:.2f} ms CPU; "
+             f"starting the test bed, {pilots} pilots")
     from ce_k8s.sim import router_testbed
 
     # The demo overlay shortens the agent's GC grace to 30 s so `ce-k8s demo` ends tidy; with a
@@ -157,11 +205,12 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
     tmp = tempfile.TemporaryDirectory(prefix="ce-k8s-bench-")
     config = bench_config(Path(tmp.name) / "config", qps, int(max(qps, 1)))
     bed = TestBed(config=str(config), seed=3, max_running_hooks=max_running_hooks, spawn_threads=spawn_threads,
-                  api_process=api_process, spawn_process=spawn_process)
+                  api_process=api_process, spawn_process=spawn_process, **({"nodes": nodes} if nodes else {}))
     try:
         bed.start()
         work = bed.make_pilots(pilots)
         bed.server.reset_calls()
+        connections0 = bed.server.connections
         marks = _Marks(pilots)
         # The emulator process (api_process) is a child that is not reaped during the run, so its
         # CPU is read from /proc like the agent's and counted with the emulators.
@@ -173,8 +222,8 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         spawner0 = (proc_cpu_s(spawner_pid), proc_children_cpu_s(spawner_pid)) if spawner_pid else (0.0, 0.0)
         agent_cpu0, self_cpu0, child_cpu0 = proc_cpu_s(bed.agent.pid), self_cpu(), children_cpu()
         busy0, total0 = machine_cpu()
-        bed.submit(work)
-        ok = bed.run(timeout=timeout, poll_interval=poll, progress=marks)
+        factory = Factory(bed, work, depth)
+        ok = factory.run(timeout=timeout, poll_interval=poll, progress=marks)
         marks(bed)
         wall = time.monotonic() - marks.t0
         agent_cpu = proc_cpu_s(bed.agent.pid) - agent_cpu0
@@ -187,14 +236,21 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         bench_cpu += api_cpu
         busy1, total1 = machine_cpu()
         if not ok:
-            raise BenchError(f"pipeline: {bed.pending()} of {pilots} pilots still queued after {timeout:.0f} s")
+            raise BenchError(f"pipeline: {bed.pending()} of {pilots} pilots still queued and "
+                             f"{pilots - factory.next} not yet submitted after {timeout:.0f} s")
         summary = bed.summary()
         calls = bed.server.calls
+        connections = bed.server.connections - connections0
         progress("pipeline: draining cleanups and the agent's GC")
         bed.drain(timeout=30)
     finally:
         bed.close()
         tmp.cleanup()
+    # The machine's speed drifts by several per cent between minutes: the reference is the mean of
+    # the idle machine just before and just after the run (both printed).
+    bare_after = bare_python_cpu_s(bare_samples)
+    bare_cpu = (bare_before + bare_after) / 2
+    progress(f"pipeline: python -S -c pass costs {bare_after * 1e3:.2f} ms CPU after the run")
     statuses = Counter(o.status for o in bed.outcomes.values())
     if statuses["completed"] < pilots * 0.9:
         raise BenchError(f"pipeline: only {statuses['completed']} of {pilots} pilots completed: {dict(statuses)}")
@@ -207,13 +263,19 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         "pipeline_pilots": pilots,
         "pipeline_pilots_per_s": round(pilots / wall, 2),
         "pipeline_wall_s": round(wall, 1),
+        "pipeline_depth": factory.depth,
+        "pipeline_feed_end_s": round(factory.feed_end_s or 0.0, 1),
         "pipeline_completed": statuses["completed"],
         "pipeline_held": statuses["held"],
         "pipeline_lost": statuses["lost"] + statuses["queued"],
         "pipeline_duplicate_pods": summary["duplicate_pods"],
         "api_calls_per_pilot": round(api / pilots, 2),
+        # TCP connections opened to the API server (every client: agent, finalize reads, test bed).
+        "api_connections_per_pilot": round(connections / pilots, 3),
         "hook_spawns_per_pilot": round(spawns_per_pilot, 2),
         "python_bare_cpu_s": round(bare_cpu, 5),
+        "python_bare_cpu_s_before": round(bare_before, 5),
+        "python_bare_cpu_s_after": round(bare_after, 5),
         "cores": cores(),
         "pipeline_limit_pilots_per_s": round(limit, 2),
         "pipeline_efficiency": round(rate / limit, 3),
@@ -259,12 +321,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="fork and watch the hooks in the router emulator's own process, not a spawner process")
     ap.add_argument("--in-process-api", action="store_true",
                     help="run the API emulator and kubelet sim in this process (the earlier arrangement)")
+    ap.add_argument("--depth", type=int, default=None,
+                    help="unfinished pilots the factory keeps at the CE, 0 = all at once (default 500, "
+                         "a quarter of the pilots when fewer than 2,000)")
+    ap.add_argument("--nodes", default=None, help="emulated cluster (kubelet sim --nodes syntax)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     exit_on_sigterm()
-    result = run(a.pilots or scaled(2000, 10), poll=a.poll, max_running_hooks=a.max_running_hooks,
+    pilots = a.pilots or scaled(2000, 10)
+    depth = a.depth if a.depth is not None else min(500, max(1, pilots // 4))
+    result = run(pilots, poll=a.poll, max_running_hooks=a.max_running_hooks,
                  qps=a.qps, spawn_threads=a.spawn_threads, api_process=not a.in_process_api,
-                 spawn_process=not a.in_router_spawn)
+                 spawn_process=not a.in_router_spawn, nodes=a.nodes, depth=depth)
     print(json.dumps(result, sort_keys=True) if a.json else "\n".join(f"{k:48} {v}" for k, v in sorted(result.items())))
     return 0
 

@@ -13,10 +13,13 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 |          |                           | agent_update_us_*, agent_rss_mb (20,000 pods)                  |
 | pipeline | bench/bench_pipeline.py   | pipeline_pilots_per_s, api_calls_per_pilot,                    |
 |          |                           | hook_spawns_per_pilot, python_bare_cpu_s, pipeline_efficiency  |
+|          |                           | (a factory keeping 500 pilots at the CE)                       |
+| pipeline-burst | bench_pipeline.py --depth 0 | the same figures prefixed `burst_`: all pilots at once  |
+|          |                           | (full run only)                                                |
 | info     | bench/bench_info.py       | info_ms (5,000 nodes, 100,000 pods)                            |
 
 `--quick` keeps the CE-scale sizes where they define the figure (20,000 pods, the 5,000-node
-dump) and cuts sample counts and the pipeline to 400 pilots: under 2 minutes here. The full
+dump) and cuts sample counts and the pipeline to 400 pilots (no burst run): under 2 minutes here. The full
 run (2,000 pilots) takes under 15. `CE_K8S_BENCH_SCALE=0.01` shrinks every size (the smoke test
 uses it to prove the benchmarks run; such figures mean nothing). Progress goes to stderr.
 """
@@ -59,16 +62,22 @@ TARGETS = (
 
 def plan(quick: bool) -> dict[str, list[str]]:
     """Arguments for each benchmark script, from --quick and CE_K8S_BENCH_SCALE."""
-    return {
+    pilots = str(scaled(400 if quick else 2000, 10))
+    steps = {
         "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 400, 5)),
                   "--agent-rounds", "2"],
-        "pipeline": ["--pilots", str(scaled(400 if quick else 2000, 10))],
+        "pipeline": ["--pilots", pilots],
         "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
                  "--repeat", "1" if quick else "3"],
     }
+    if not quick:    # the same pilots handed over in one burst: figures prefixed burst_
+        steps["pipeline-burst"] = ["--pilots", pilots, "--depth", "0"]
+    return steps
 
 
-SCRIPTS = {"agent": "bench_agent.py", "pipeline": "bench_pipeline.py", "info": "bench_info.py"}
+SCRIPTS = {"agent": "bench_agent.py", "pipeline": "bench_pipeline.py", "pipeline-burst": "bench_pipeline.py",
+           "info": "bench_info.py"}
+PREFIX = {"pipeline-burst": "burst_"}
 _CURRENT: list[subprocess.Popen] = []     # the benchmark process running now, for SIGTERM
 
 
@@ -129,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.only and name not in a.only:
             continue
         try:
-            figures.update(run_one(name, args))
+            figures.update({PREFIX.get(name, "") + k: v for k, v in run_one(name, args).items()})
         except Exception as exc:          # keep going: the other figures are still worth printing
             progress(f"run: {name} FAILED: {exc}")
             failed.append(name)
