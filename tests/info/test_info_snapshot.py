@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from ce_k8s.snapshot import (
     SnapshotError,
     SourceUnavailable,
+    decode_json,
     load_snapshot_file,
     ping_agent,
     snapshot_from_api,
@@ -109,3 +112,27 @@ def test_agent_down_is_source_unavailable(tmp_path):
     with pytest.raises(SourceUnavailable) as info:
         ping_agent(str(sock), timeout=1)
     assert str(sock) in str(info.value)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20)
+
+
+@given(st.one_of(_json_values.map(lambda v: json.dumps(v).encode()),
+                 st.binary(max_size=40),
+                 st.sampled_from([b"[NaN]", b"[1e400]", b'"\\ud800"', b'{"a":1,"a":2}', b"[1,]",
+                                  '{"x": 1}'.encode("utf-16"), b"\xef\xbb\xbf{}", b" [1] "])))
+@example(b"[123456789012345678901234567890]")
+def test_decode_json_answers_as_the_stdlib_does(data):
+    """decode_json (msgspec first) returns or raises exactly what json.loads does."""
+    try:
+        want = ("ok", json.loads(data))
+    except (ValueError, UnicodeDecodeError) as exc:
+        want = ("error", type(exc), str(exc))
+    try:
+        got = ("ok", decode_json(data))
+    except (ValueError, UnicodeDecodeError) as exc:
+        got = ("error", type(exc), str(exc))
+    assert repr(got) == repr(want)           # repr: NaN and -0.0 compare as text
