@@ -346,22 +346,43 @@ def scan_source(text: str, file: str, classes: dict[str, type] | None = None) ->
                 )
         watch = id(node) in streamed or id(node) in watched_calls
         uses.append(ApiUse(file, node.lineno, cls, node.attr, permission_for(node.attr, cls, watch)))
-    # Pass 3: raw requests by URL path.
+    # Pass 3: raw requests by URL path. A path given in the same call as a literal HTTP method
+    # (``self.request("POST", "/api/v1/...")``) takes that method; any other path takes the
+    # module's one literal method.
     in_fstring = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-    paths = [(n.lineno, p) for n in ast.walk(tree)
+    paired = _paired_methods(tree)
+    paths = [(n.lineno, p, paired.get(id(n))) for n in ast.walk(tree)
              if id(n) not in in_fstring and (p := _literal_path(n)) is not None]
-    if paths:
+    loose = [(line, path) for line, path, http in paths if http is None]
+    module_http = None
+    if loose:
         methods = _raw_methods(tree)
         if len(methods) != 1:
             raise ScanError(
-                f"{file}:{paths[0][0]}: API path {paths[0][1]!r} used with HTTP method(s) "
+                f"{file}:{loose[0][0]}: API path {loose[0][1]!r} used with HTTP method(s) "
                 f"{sorted(methods) or 'unknown'}; "
                 "the scan needs exactly one literal method per module to derive the RBAC verb"
             )
-        http = methods.pop()
-        for line, path in paths:
-            uses.append(ApiUse(file, line, "raw", f"{http} {path}", (permission_for_path(http, path),)))
+        module_http = methods.pop()
+    for line, path, http in paths:
+        http = http or module_http
+        uses.append(ApiUse(file, line, "raw", f"{http} {path}", (permission_for_path(http, path),)))
     return uses
+
+
+def _paired_methods(tree: ast.AST) -> dict[int, str]:
+    """id(path literal) -> the literal HTTP method passed first to the same call."""
+    paired: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.upper() in (
+                "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"):
+            for arg in node.args[1:]:
+                if _literal_path(arg) is not None:
+                    paired[id(arg)] = first.value.upper()
+    return paired
 
 
 def scan_tree(root: Path, include: list[str], exclude: tuple[str, ...] = ()) -> list[ApiUse]:

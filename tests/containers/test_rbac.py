@@ -140,6 +140,24 @@ def snap(api_client, ns):
         scan_source('def f(c):\n    c.go("/api/v1/nodes")\n', "s.py")
 
 
+def test_scanner_takes_the_method_given_in_the_same_call_as_the_path():
+    """corecalls.py-style raw requests: each call names its method and its path literally."""
+    src = '''
+class Calls:
+    def create(self, ns, body):
+        return self.request("POST", "/api/v1/namespaces/{namespace}/pods", {"namespace": ns}, None, body)
+
+    def log(self, name, ns):
+        return self.request("GET", "/api/v1/namespaces/{namespace}/pods/{name}/log", {"name": name})
+
+    def delete(self, name, ns):
+        return self.request("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", {"name": name})
+'''
+    perms = {p for u in scan_source(src, "c.py") for p in u.permissions}
+    assert perms == {Permission("", "pods", "create", False), Permission("", "pods/log", "get", False),
+                     Permission("", "pods", "delete", False)}
+
+
 def test_scanner_refuses_a_method_it_cannot_attribute():
     """list_namespaced_event exists in CoreV1Api ("") and EventsV1Api (events.k8s.io)."""
     with pytest.raises(ScanError, match=r"x\.py:2: api\.list_namespaced_event"):
