@@ -43,7 +43,15 @@ import yaml
 from aiohttp import web
 
 from ce_k8s.sim import k8s_faults
-from ce_k8s.sim.k8s_api import AccessRule, Api, ApiOptions, meta_of
+from ce_k8s.sim.k8s_api import (
+    LOG_STREAM_MODES,
+    AccessRule,
+    Api,
+    ApiOptions,
+    log_lines_of,
+    meta_of,
+    pod_log_stream,
+)
 from ce_k8s.sim.k8s_errors import ApiError, bad_request, method_not_allowed
 from ce_k8s.sim.k8s_faults import Faults
 from ce_k8s.sim.k8s_resources import (
@@ -115,7 +123,7 @@ class ApiServer:
                  history_size: int = 10_000, rules: list[AccessRule | Mapping[str, object]] | None = None,
                  enforce_rbac: bool = False, seed: int = 0, bookmark_interval: float = 1.0,
                  kubelet_options: Mapping[str, Any] | None = None, namespace: str = "default",
-                 max_events: int = 5000) -> None:
+                 max_events: int = 5000, log_streams: str = "ignore") -> None:
         self.host = host
         self.port = port
         self.nodes_spec = nodes
@@ -127,6 +135,7 @@ class ApiServer:
         self.default_namespace = namespace
         self.store = Store(history_size=history_size)
         self._options = ApiOptions(time_scale=time_scale, seed=seed, enforce_rbac=enforce_rbac, max_events=max_events,
+                                   log_streams=log_streams,
                                    rules=[r if isinstance(r, AccessRule) else AccessRule.from_dict(r)
                                           for r in rules] if rules is not None else [AccessRule()])
         self.api: Api | None = None
@@ -144,6 +153,18 @@ class ApiServer:
         # TCP connections clients opened (a client that keeps its connections alive opens few).
         self.connections = 0
         self._transports: weakref.WeakSet[object] = weakref.WeakSet()
+
+    @property
+    def log_streams(self) -> str:
+        """What pods/log does with `stream=`: "split", "forbid" or "ignore" (docs/testbed.md)."""
+        return self._options.log_streams
+
+    @log_streams.setter
+    def log_streams(self, mode: str) -> None:
+        # Thread-safe enough: one attribute, read once per pods/log request.
+        if mode not in LOG_STREAM_MODES:
+            raise ValueError(f"log_streams must be one of {', '.join(LOG_STREAM_MODES)}, not {mode!r}")
+        self._options.log_streams = mode
 
     # ---- lifecycle on a running loop ------------------------------------------------------------
     async def start(self) -> None:
@@ -654,29 +675,36 @@ class ApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         q = request.query
         ns, name = route.namespace, route.name
-        pod = api.get("pods", ns, name)
-        container = self._log_container(pod, q.get("container"))
-        self._check_log_ready(pod, container)
         tail = _int_param(q, "tailLines")
         limit = _int_param(q, "limitBytes")
         since = _int_param(q, "sinceSeconds")
+        stream = pod_log_stream(self._options.log_streams, name, q.get("stream"), tail, limit, since)
+        pod = api.get("pods", ns, name)
+        container = self._log_container(pod, q.get("container"))
+        self._check_log_ready(pod, container)
         stamps = _true(q, "timestamps")
         if _true(q, "previous"):
             raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
         key = (ns, name, container)
 
         def render(lines: list[tuple[str, str, str]]) -> bytes:
+            lines = log_lines_of(lines, stream)
             if since is not None:
                 cutoff = time.time() - since
                 lines = [x for x in lines if _ts_epoch(x[0]) >= cutoff]
             return "".join((f"{ts} {text}" if stamps else text) for ts, _, text in lines).encode()
 
+        # tailLines counts lines of the combined log: validation allows it only with stream All.
         lines = list(self.store.logs.get(key, ()))
-        if tail is not None and tail >= 0:
+        if tail is not None:
             lines = lines[-tail:] if tail else []
         body = render(lines)
-        if limit is not None and limit > 0:
-            body = body[:limit]
+        # limitBytes counts the bytes of the selected stream (timestamps included), as the kubelet
+        # stops writing to that stream's writer; with `follow` it ends the stream too.
+        left = limit if limit is not None else -1
+        if left >= 0:
+            body = body[:left]
+            left -= len(body)
         if not _true(q, "follow"):
             return web.Response(body=body, content_type="text/plain")
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
@@ -685,11 +713,16 @@ class ApiServer:
         await resp.write(body)
         sent = len(self.store.logs.get(key, ()))
         try:
-            while True:
+            while left != 0:
                 await asyncio.sleep(0.02)
                 current = self.store.logs.get(key, [])
                 if len(current) > sent:
-                    await resp.write(render(current[sent:]))
+                    more = render(current[sent:])
+                    if left > 0:
+                        more = more[:left]
+                        left -= len(more)
+                    if more:
+                        await resp.write(more)
                     sent = len(current)
                 pod_now = self.store.peek("pods", ns, name)
                 if pod_now is None or _container_state(pod_now, container) == "terminated" or (

@@ -149,6 +149,68 @@ class ApiOptions:
     user: str = "system:serviceaccount:ce-k8s:ce-k8s-agent"
     enforce_rbac: bool = False       # also answer 403 to requests the rules do not allow
     rules: list[AccessRule] = field(default_factory=lambda: [AccessRule()])
+    log_streams: str = "ignore"      # pods/log `stream=`: one of LOG_STREAM_MODES (docs/testbed.md)
+
+    def __post_init__(self) -> None:
+        if self.log_streams not in LOG_STREAM_MODES:
+            raise ValueError(f"log_streams must be one of {', '.join(LOG_STREAM_MODES)}, "
+                             f"not {self.log_streams!r}")
+
+
+# What a cluster does with the `stream` query parameter of pods/log (KEP-3288):
+#   split  -- v1.32+ with the PodLogsQuerySplitStreams feature gate on: Stdout, Stderr or All.
+#   forbid -- v1.32+ with the gate off (its default through current releases): any `stream` is
+#             a 422 "stream: Forbidden: may not be specified" (kubernetes/kubernetes#133005).
+#   ignore -- v1.31 and older: PodLogOptions has no such field, the parameter is dropped and
+#             the combined log is returned.
+LOG_STREAM_MODES = ("split", "forbid", "ignore")
+LOG_STREAMS = ("All", "Stderr", "Stdout")     # listed sorted in the 422 (the real order may differ)
+
+
+def pod_log_stream(mode: str, name: str, stream: str | None, tail: int | None, limit: int | None,
+                   since: int | None) -> str:
+    """Validate pods/log options as kube-apiserver's ValidatePodLogOptions does (422 Invalid, kind
+    PodLogOptions, every failing rule in one answer) and return the stream to serve: "All",
+    "Stdout" or "Stderr".
+
+    Why here and before the pod is looked up: the real server validates the options before it
+    reads the pod, so a bad option is a 422 even for a pod that does not exist.
+    """
+    causes: list[tuple[str, str, str]] = []
+    if tail is not None and tail < 0:
+        causes.append(("tailLines", "FieldValueInvalid",
+                       f"Invalid value: {tail}: must be greater than or equal to 0"))
+    if limit is not None and limit < 1:
+        causes.append(("limitBytes", "FieldValueInvalid", f"Invalid value: {limit}: must be greater than 0"))
+    if since is not None and since < 1:
+        causes.append(("sinceSeconds", "FieldValueInvalid", f"Invalid value: {since}: must be greater than 0"))
+    if mode == "ignore":
+        stream = None
+    elif mode == "forbid":
+        if stream is not None:
+            causes.append(("stream", "FieldValueForbidden", "Forbidden: may not be specified"))
+        stream = None
+    elif stream is None:
+        stream = "All"     # the gate's defaulting: no `stream` means both, interleaved
+    else:
+        if stream not in LOG_STREAMS:
+            listed = ", ".join(f'"{s}"' for s in LOG_STREAMS)
+            causes.append(("stream", "FieldValueNotSupported",
+                           f'Unsupported value: "{stream}": supported values: {listed}'))
+        if stream != "All" and tail is not None:
+            causes.append(("[]", "FieldValueForbidden",
+                           "Forbidden: `tailLines` and specific `stream` are mutually exclusive for now"))
+    if causes:
+        raise invalid("PodLogOptions", name, causes)
+    return stream or "All"
+
+
+def log_lines_of(lines: list[tuple[str, str, str]], stream: str) -> list[tuple[str, str, str]]:
+    """The (timestamp, stream, text) entries a pods/log `stream` selects, in write order."""
+    if stream == "All":
+        return lines
+    want = stream.lower()
+    return [x for x in lines if x[1] == want]
 
 
 class Api:

@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--jitter", type=float, default=0.0, help="plus a random 0..JITTER seconds")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault and naming RNGs")
+    streams = parser.add_mutually_exclusive_group()
+    streams.add_argument("--log-streams", choices=("split", "forbid", "ignore"), default="ignore",
+                         help="what pods/log does with stream=Stdout|Stderr: split (Kubernetes >= 1.32 with the "
+                              "PodLogsQuerySplitStreams feature gate on), forbid (>= 1.32 with the gate off: 422), "
+                              "ignore (<= 1.31: the combined log; the default)")
+    streams.add_argument("--split-logs", dest="log_streams", action="store_const", const="split",
+                         help="same as --log-streams split")
     parser.add_argument("--stats", action="store_true",
                         help="serve GET /_sim/stats (API calls by verb, ce-k8s pods and Secrets left, pod "
                              "creations per job) for benchmarks that run the emulator in its own process")
@@ -93,7 +100,7 @@ async def _serve(args: argparse.Namespace) -> int:
     kubelet_options = {"default_scenario": args.scenario} if args.scenario else {}
     srv = ApiServer(host=args.host, port=args.port, nodes=args.nodes, faults=_faults(args),  # type: ignore[arg-type]
                     time_scale=args.time_scale, kubelet=not args.no_kubelet, seed=args.seed,
-                    namespace=args.namespace, kubelet_options=kubelet_options)
+                    namespace=args.namespace, kubelet_options=kubelet_options, log_streams=args.log_streams)
     await srv.start()
     if args.stats:
         _enable_stats(srv)
