@@ -48,6 +48,7 @@ STATUSES = frozenset({STATUS_OK, STATUS_NOTFOUND, STATUS_DENIED, STATUS_BAD, STA
 DEFAULT_SOCKET = "/run/ce-k8s/agent.sock"
 DEFAULT_HOOK_TIMEOUT = 20.0
 DEFAULT_SPOOL: str | None = None      # baked in by `--install-hooks`; finalize's fallback only
+DEFAULT_GRID_RESOURCE = "batch k8s"   # CE_K8S_GRID_RESOURCE: which routed jobs are ours (hooks/_common.py)
 HOOKS_CONF = "/etc/ce-k8s/hooks.conf"
 
 
@@ -109,18 +110,29 @@ def _env(name: str) -> str | None:
     return value.decode("utf-8", "replace") if value else None
 
 
+_CONF_CACHE: dict[str, dict[str, str]] = {}
+
+
 def _conf_file() -> dict[str, str]:
-    """Read the hooks' own tiny `key = value` file; a missing or unreadable file is no error."""
+    """Read the hooks' own tiny `key = value` file; a missing or unreadable file is no error.
+
+    Read at most once per process (a hook process is one call): the settings functions below may
+    each need it, and the update hook, the hottest code in ce-k8s, asks for three values.
+    """
     path = _env("CE_K8S_HOOKS_CONF") or HOOKS_CONF
+    cached = _CONF_CACHE.get(path)
+    if cached is not None:
+        return cached
+    out: dict[str, str] = {}
+    _CONF_CACHE[path] = out
     try:
         fd = posix.open(path, posix.O_RDONLY)
     except OSError:
-        return {}
+        return out
     try:
         data = posix.read(fd, 65536)
     finally:
         posix.close(fd)
-    out = {}
     for raw in data.decode("utf-8", "replace").splitlines():
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
@@ -151,6 +163,30 @@ def hook_settings() -> tuple[str, float]:
     if not seconds > 0:
         seconds = DEFAULT_HOOK_TIMEOUT
     return sock or DEFAULT_SOCKET, seconds
+
+
+def hook_grid_resource() -> str:
+    """`CE_K8S_GRID_RESOURCE` for a hook process: the `GridResource` words that make a routed job
+    a Kubernetes job (docs/routes.md, "CEs with other backends"; the rule is
+    `ce_k8s.hooks._common.grid_resource_matches`).
+
+    Same order as `hook_settings`: the environment, then hooks.conf, then the launcher's baked-in
+    default (`DEFAULT_GRID_RESOURCE`: `batch k8s` unless `--install-hooks` wrote the CE's knob).
+    One pair of surrounding double quotes is dropped, as `Settings` does; a value with no word
+    counts as unset, since an empty prefix would claim every routed job on the CE.
+    """
+    return (_words_value(_env("CE_K8S_GRID_RESOURCE")) or _words_value(_conf_file().get("CE_K8S_GRID_RESOURCE"))
+            or DEFAULT_GRID_RESOURCE)
+
+
+def _words_value(value: str | None) -> str | None:
+    """`value` stripped and without one pair of surrounding double quotes; None if no word is left."""
+    if value is None:
+        return None
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    return value if value.strip() else None
 
 
 def hook_spool() -> str | None:

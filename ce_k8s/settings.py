@@ -70,6 +70,7 @@ class Settings:
     run_as_group: int = 1000                  # CE_K8S_RUN_AS_GROUP (also the pod's fsGroup)
     gpu_resource: str = "nvidia.com/gpu"      # CE_K8S_GPU_RESOURCE (default of K8sGpuResource)
     cpu_limit: str = "request"                # CE_K8S_CPU_LIMIT (default of K8sCpuLimit)
+    grid_resource: str = "batch k8s"          # CE_K8S_GRID_RESOURCE (GridResource prefix of our routes)
     disable_pilot_ads: bool = False           # DISABLE_PILOT_ADS (the CE's own knob)
 
     def __hash__(self) -> int:  # pilot_env is a dict; hash the rest so Settings stays usable as a key
@@ -108,6 +109,7 @@ class Settings:
             run_as_group=r.integer("CE_K8S_RUN_AS_GROUP", d.run_as_group, 1, 2**31 - 1),
             gpu_resource=r.text("CE_K8S_GPU_RESOURCE", d.gpu_resource),
             cpu_limit=r.cpu_limit("CE_K8S_CPU_LIMIT", d.cpu_limit),
+            grid_resource=r.grid_resource("CE_K8S_GRID_RESOURCE", d.grid_resource),
             disable_pilot_ads=disable_ads,
         )
 
@@ -214,3 +216,21 @@ class _Reader:
         except ValueError:
             raise self.fail(knob, f"{value!r} must be 'request', 'none' or a factor between 1 and 64") from None
         return value.strip().lower()
+
+    def grid_resource(self, knob: str, default: str) -> str:
+        """The words a Kubernetes route's GridResource starts with, one space apart.
+
+        The hooks compare words case-insensitively (`ce_k8s.hooks._common.grid_resource_matches`).
+        One pair of surrounding double quotes is dropped, as HTCondor unquotes a route's
+        `GridResource` macro, because `CE_K8S_GRID_RESOURCE = "batch k8s"` is an easy slip that
+        would otherwise match no route at all. Any other quote, or no word, is an error.
+        """
+        value = self.text(knob, default)
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        words = value.split()
+        if not words:
+            raise self.fail(knob, "names no GridResource words (e.g. 'batch k8s')")
+        if any('"' in w or "'" in w for w in words):
+            raise self.fail(knob, f"{value!r} must not contain quotes")
+        return " ".join(words)

@@ -7,8 +7,9 @@ files, ~10 ms) and import `re`; the router forks the update hook once per job pe
 It ends with `exit_now` (`posix._exit`) instead of `sys.exit`: the interpreter's teardown is
 ~1.1 ms of CPU per process and a hook has nothing to tear down (see `ce_k8s.hooks._common`).
 The console scripts remain a working fallback. The installer also bakes in the socket path, the
-hook deadline and the CE spool (finalize's fallback) as defaults; `CE_K8S_SOCKET` /
-`CE_K8S_HOOK_TIMEOUT` / `CE_K8S_SPOOL` in the environment still win.
+hook deadline, the CE spool (finalize's fallback) and `CE_K8S_GRID_RESOURCE` (which routed jobs
+are Kubernetes jobs, docs/routes.md) as defaults; `CE_K8S_SOCKET` / `CE_K8S_HOOK_TIMEOUT` /
+`CE_K8S_SPOOL` / `CE_K8S_GRID_RESOURCE` in the environment and `/etc/ce-k8s/hooks.conf` still win.
 
 The installer compiles the hook modules' bytecode (`__pycache__/*.pyc`) for its own interpreter:
 hooks run as the pilot accounts, which cannot write `__pycache__`, so a missing or stale `.pyc`
@@ -21,6 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+
+from ce_k8s.protocol import DEFAULT_GRID_RESOURCE
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ from ce_k8s import protocol
 protocol.DEFAULT_SOCKET = {socket!r}
 protocol.DEFAULT_HOOK_TIMEOUT = {timeout!r}
 protocol.DEFAULT_SPOOL = {spool!r}
+protocol.DEFAULT_GRID_RESOURCE = {grid_resource!r}
 from {module} import main
 from ce_k8s.hooks._common import exit_now
 exit_now(main())
@@ -81,11 +85,12 @@ def compile_hook_modules(root: str | None = None) -> bool:
 
 
 def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None,
-                  spool: str | None = None) -> list[str]:
+                  spool: str | None = None, grid_resource: str | None = None) -> list[str]:
     """Write the launchers (mode 0755) into `directory` and return their paths.
 
     The router silently ignores a hook whose file or directory is world-writable
     (jobrouter-protocol.md §1.1), so the directory is created 0755 and checked.
+    `grid_resource` is the CE's `CE_K8S_GRID_RESOURCE` (None: `protocol.DEFAULT_GRID_RESOURCE`).
     """
     os.makedirs(directory, mode=0o755, exist_ok=True)
     if os.stat(directory).st_mode & 0o002:
@@ -96,7 +101,8 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     for name, module in HOOKS.items():
         path = os.path.join(directory, name)
         text = TEMPLATE.format(python=python, root=package_root(), socket=socket_path,
-                               timeout=float(hook_timeout), module=module, spool=spool)
+                               timeout=float(hook_timeout), module=module, spool=spool,
+                               grid_resource=grid_resource or DEFAULT_GRID_RESOURCE)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         from ce_k8s.agent.launchers import install_hooks
 
         for path in install_hooks(args.install_hooks, socket_path=settings.socket,
-                                  hook_timeout=settings.hook_timeout, spool=settings.spool):
+                                  hook_timeout=settings.hook_timeout, spool=settings.spool,
+                                  grid_resource=settings.grid_resource):
             print(path)
         return 0
 

@@ -4,6 +4,11 @@ A dry run of the CE's job router with its real semantics (jobrouter-protocol.md 
 past the router, of ce-k8s itself: the translate hook's logic runs in-process, then VanillaToGrid
 and every transform, then the pod builder. What ``condor_job_router_info`` cannot show (it never
 calls hooks and knows nothing of pods, §5) is shown here, from the same config files a CE reads.
+
+A job taken by a route that is not a Kubernetes one (its GridResource does not start with the
+words of `CE_K8S_GRID_RESOURCE`, docs/routes.md "CEs with other backends") is shown as the router
+routes it with the ce-k8s hooks installed: the translate hook hands the source ad back unchanged,
+and no pod or Secret is built.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class JobResult:
     pod: dict | None = None
     secret: dict | None = None
     pod_error: tuple[str, str] | None = None
+    kubernetes: bool = True
 
 
 def load_config(path: str | None) -> tuple[CondorConfig, list[str]]:
@@ -101,11 +107,48 @@ def _pod_tools():
     return needed if all(item is not None for item in needed) else None
 
 
+def _route_is_kubernetes(route: Route, settings) -> tuple[bool, str]:
+    """(whether ``route`` is a Kubernetes route, the knob's value), by the translate hook's own
+    test of the route-description line (``ce_k8s.hooks.translate.is_kubernetes_route``)."""
+    from ce_k8s.hooks.translate import is_kubernetes_route
+    from ce_k8s.protocol import DEFAULT_GRID_RESOURCE
+
+    knob = getattr(settings, "grid_resource", None) or DEFAULT_GRID_RESOURCE
+    return is_kubernetes_route(route.route_info_line(), knob), knob
+
+
+def _decision_mismatch(route: Route, routed: classad2.ClassAd, kubernetes: bool, knob: str) -> str | None:
+    """Why the translate hook and the later hooks would disagree about this job, or None.
+
+    The translate hook sees only the route's `GridResource` macro (the route line); update,
+    finalize and cleanup see the routed ad's `GridResource`, which a `SET`/`EVALSET` in a route or
+    transform may have changed. Then a job is claimed by one hook and not the others: a Kubernetes
+    job the update hook ignores never gets a pod, and a job translate passed through (no
+    `Managed = "ScheddDone"`, the factory's own `K8s*` attributes kept) would reach the agent.
+    """
+    from ce_k8s.condor import wire
+    from ce_k8s.hooks._common import ad_grid_resource, grid_resource_matches
+
+    final = ad_grid_resource(wire.sprint_ad(routed).encode("utf-8", "surrogateescape"))
+    if grid_resource_matches(final, knob) == kubernetes:
+        return None
+    if kubernetes:
+        return (f'the routed job\'s GridResource is "{final or ""}", which does not start with '
+                f'CE_K8S_GRID_RESOURCE "{knob}", so the update, finalize and cleanup hooks would ignore a job the '
+                "translate hook claimed; do not change GridResource in the route body or a transform")
+    macro = f'"{route.grid_resource}"' if route.grid_resource else "not set"
+    return (f'the routed job\'s GridResource "{final}" is a Kubernetes one, but the route\'s '
+            f"GridResource macro is {macro}, so the translate hook passes the job through unmarked; set the "
+            f'macro (`GridResource = "{knob}"` in the route) instead of SET/EVALSET GridResource')
+
+
 def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, translate, pod_tools,
               settings, force_route: Route | None = None) -> JobResult:
     """Route one job exactly as far as the router (and then ce-k8s) would take it.
 
-    ``force_route`` skips selection (``routes check`` builds a trial pod for every route).
+    ``force_route`` skips selection (``routes check`` builds a trial pod for every route). A route
+    that is not a Kubernetes one gets the translate hook's pass-through (the source ad, unchanged)
+    and no pod: ``result.kubernetes`` is False and a note says why.
     """
     from ce_k8s.condor import wire
     from ce_k8s.condor.routing import job_id, submit_edits
@@ -123,10 +166,18 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
         result.failed = True
         return result
     result.route = route.name
+    result.kubernetes, knob = _route_is_kubernetes(route, settings)
+    if not result.kubernetes:
+        why = (f'its GridResource "{route.grid_resource}" does not start with' if route.grid_resource
+               else "it sets no GridResource, so it cannot match")
+        result.notes.append(f'route {route.name} is not a Kubernetes route ({why} CE_K8S_GRID_RESOURCE "{knob}"): '
+                            "the ce-k8s hooks pass this job through unchanged and no pod is built")
     translated = None
     if translate is not None:
         try:
-            output = translate(route.route_info_line(), wire.sprint_ad(job))
+            text = wire.sprint_ad(job)
+            # the translate hook writes another backend's source ad back as it arrived
+            output = translate(route.route_info_line(), text) if result.kubernetes else text
             if not output.strip():
                 result.errors.append("the translate hook printed nothing (the router would ask again next poll)")
                 result.failed = True
@@ -145,7 +196,12 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
     if routed.failed:
         return result
     submit_edits(routed.ad)
-    if pod_tools is not None and settings is not None:
+    mismatch = _decision_mismatch(route, routed.ad, result.kubernetes, knob)
+    if mismatch:
+        result.errors.append(mismatch)
+        result.failed = True
+        return result
+    if result.kubernetes and pod_tools is not None and settings is not None:
         build, redact, _settings_cls, jobad_cls, pod_error = pod_tools
         try:
             built = build(jobad_cls(wire.evaluate_ad(routed.ad)), settings)
@@ -228,6 +284,10 @@ def _json_result(res: JobResult) -> dict[str, object]:
         obj["secret"] = res.secret
     if res.pod_error is not None:
         obj["pod_error"] = {"code": res.pod_error[0], "message": res.pod_error[1]}
+    if res.route is not None:
+        obj["kubernetes"] = res.kubernetes
+    if res.notes:
+        obj["notes"] = list(res.notes)
     return obj
 
 

@@ -111,3 +111,56 @@ def to_int(raw: str | None) -> int | None:
         return int(raw)
     except ValueError:
         return None
+
+
+# -- which routed jobs are ours --------------------------------------------------------------------
+# JOB_ROUTER_HOOK_KEYWORD is global, so the router runs these hooks for every routed job on the CE,
+# including jobs a site routes to Slurm, PBS or another HTCondor pool. The rule (docs/routes.md,
+# "CEs with other backends"): a routed job is a Kubernetes job iff the leading whitespace-separated
+# words of its GridResource equal, case-insensitively, the words of CE_K8S_GRID_RESOURCE
+# (`batch k8s` by default). Every other job is passed through untouched and never reaches the agent.
+
+
+def grid_resource_matches(grid_resource: str | None, knob: str) -> bool:
+    """Whether `grid_resource` (None = absent) starts with the words of `knob` (the rule above).
+
+    `batch k8s` matches `batch k8s`, `BATCH  K8s` and `batch k8s cluster-b`, not `batch k8sx`,
+    `batch slurm` or `k8s`. A knob of no words never matches: it must not claim every job.
+    """
+    if grid_resource is None:
+        return False
+    want = knob.lower().split()
+    if not want:
+        return False
+    return grid_resource.lower().split()[:len(want)] == want
+
+
+def ad_grid_resource(data: bytes) -> str | None:
+    """The value of the `GridResource` string attribute of an sPrintAd text, None if it has none.
+
+    Cheap (the update hook runs this for every routed job on every poll): works on the bytes as
+    read (`bytes.lower` changes only ASCII, so positions stay aligned), one `find` per occurrence
+    of the name, no per-line loop. Only a line `GridResource = "<old-syntax string>"` counts (a
+    bare `"` inside the value disqualifies it); of several, the last wins, as with ClassAd Insert.
+    A line made by a raw newline inside another attribute's string (sPrintAd writes those raw,
+    jobrouter-protocol.md §2.2) does not qualify in practice: its first bare `"` closes that other
+    string, and what the ClassAd grammar allows after it is an operator or a delimiter, never the
+    first word of a GridResource. (The job's owner would gain nothing anyway: it may talk to the
+    agent about its own jobs directly, docs/security.md.)
+    """
+    low = data.lower()
+    found = None
+    at = low.find(b"gridresource")
+    while at >= 0:
+        start = low.rfind(b"\n", 0, at) + 1
+        end = low.find(b"\n", at)
+        if end < 0:
+            end = len(low)
+        if not low[start:at].strip():
+            name, sep, value = data[start:end].partition(b"=")
+            value = value.strip()
+            if (sep and name.strip().lower() == b"gridresource" and len(value) >= 2 and value[:1] == b'"'
+                    and value[-1:] == b'"' and b'"' not in value[1:-1].replace(b'\\"', b"")):
+                found = value[1:-1].replace(b'\\"', b'"').decode("utf-8", "surrogateescape")
+        at = low.find(b"gridresource", end)
+    return found

@@ -15,6 +15,10 @@ The agent saved the log before it reported completion (`ce_k8s/agent/output.py`)
 need not exist any more. If the agent cannot be reached (restarting, overloaded), the call is
 retried with back-off until the hook's deadline (`CE_K8S_HOOK_TIMEOUT`).
 
+Another backend's job (the routed ad's `GridResource` does not start with the words of
+`CE_K8S_GRID_RESOURCE`, docs/routes.md "CEs with other backends") is not ours: the hook exits 0
+at once, writes no file and never asks the agent.
+
 Exit status is always 0: a non-zero exit re-runs the whole pilot (RerouteJob, another pod, §2.4),
 and a re-run never brings the lost log back; it costs a pilot slot and produces another pilot's
 log instead (docs/install.md, "Output return", says why exit 0 is the milder outcome). When the
@@ -28,7 +32,15 @@ import sys
 import time
 
 from ce_k8s import protocol
-from ce_k8s.hooks._common import arm_deadline, log, read_stdin, scan_attrs, unquote
+from ce_k8s.hooks._common import (
+    ad_grid_resource,
+    arm_deadline,
+    grid_resource_matches,
+    log,
+    read_stdin,
+    scan_attrs,
+    unquote,
+)
 
 _SRC_ATTRS = frozenset({"iwd", "out", "err", "clusterid", "procid"})
 # Retried agent answers: it may be restarting (connection refused, socket missing), still
@@ -208,12 +220,15 @@ def finalize(data: bytes, path: str, timeout: float) -> None:
     if halves is None:
         log("stdin has no '------' separator; nothing written")
         return
+    routed = halves[1].encode("utf-8", "surrogateescape")
+    if not grid_resource_matches(ad_grid_resource(routed), protocol.hook_grid_resource()):
+        return
     src = scan_attrs(halves[0], _SRC_ATTRS)
     job = f"{src.get('clusterid', '?')}.{src.get('procid', '?')}"
     iwd, out_name, err_name = (unquote(src.get(k)) for k in ("iwd", "out", "err"))
     if not out_name and not err_name:
         return
-    reply = call_with_retries(path, halves[1].encode("utf-8", "surrogateescape"), deadline, job)
+    reply = call_with_retries(path, routed, deadline, job)
     if reply is None:
         _note_missing(iwd, out_name, err_name, None, "the ce-k8s agent was unreachable at finalize", job)
         return

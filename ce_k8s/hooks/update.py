@@ -4,6 +4,9 @@ The router runs this once per routed job per poll (jobrouter-protocol.md §2.3, 
 hottest code in ce-k8s: it imports almost nothing and asks the agent, which answers from its
 watch cache. Exit codes are chosen so every failure has the mildest consequence:
 
+* another backend's job (its `GridResource` does not start with the words of
+  `CE_K8S_GRID_RESOURCE`, docs/routes.md "CEs with other backends"): exit 0, empty stdout, and the
+  agent is never asked, so a Slurm or HTCondor pilot never depends on our agent being up;
 * agent answered: exit 0, stdout = its lines (empty when nothing changed, the normal reply);
 * agent unreachable, slow, refusing, or any doubt about the reply: exit 1 with no stdout, which
   the router treats as "no status sync this cycle" (§2.3). A parse error would instead remove
@@ -14,7 +17,7 @@ import sys
 import time
 
 from ce_k8s import protocol
-from ce_k8s.hooks._common import arm_deadline, log, read_stdin, write_stdout
+from ce_k8s.hooks._common import ad_grid_resource, arm_deadline, grid_resource_matches, log, read_stdin, write_stdout
 
 EXIT_NO_SYNC = 1
 
@@ -72,6 +75,8 @@ def main() -> int:
     data = read_stdin()
     if data is None:
         return EXIT_NO_SYNC
+    if not grid_resource_matches(ad_grid_resource(data), protocol.hook_grid_resource()):
+        return 0
     try:
         reply = protocol.call(path, protocol.VERB_UPDATE, data, time.monotonic() + timeout)
         try:

@@ -20,7 +20,8 @@ def test_readme_first_command_shows_route_summary_ad_and_pod(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Job 1234567.3: route Pilots\n")
     for line in ("    RequestCpus = 8", "    RequestMemory = 16000", "    BatchRuntime = 172800",
-                 '    BatchQueue = "cpu"', '    RoutedBy = "htcondor-ce"', '    Managed = "External"'):
+                 '    BatchQueue = "cpu"', '    RoutedBy = "htcondor-ce"', '    Managed = "ScheddDone"',
+                 '    ManagedManager = "ce-k8s"'):
         assert line in out.splitlines(), line
     assert "  pod ce-k8s-pilots/" in out and "priorityClassName: ce-k8s-pilot" in out
     assert "  secret (data redacted):" in out and "<redacted" in out
@@ -70,8 +71,8 @@ def test_json_no_route_has_null_route_and_exit_1(capsys):
 
 def test_pod_build_error_is_reported_and_exits_1(tmp_path, capsys):
     conf = tmp_path / "c.conf"
-    conf.write_text('JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true\nJOB_ROUTER_ROUTE_R @=x\n  SET K8sNamespace "Bad_NS"\n'
-                    '  SET K8sImage "img:1"\n@x\nJOB_ROUTER_ROUTE_NAMES = R\n')
+    conf.write_text('JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true\nJOB_ROUTER_ROUTE_R @=x\n  GridResource = "batch k8s"\n'
+                    '  SET K8sNamespace "Bad_NS"\n  SET K8sImage "img:1"\n@x\nJOB_ROUTER_ROUTE_NAMES = R\n')
     assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data[0]["route"] == "R" and data[0]["pod_error"]["code"]
@@ -96,3 +97,88 @@ def test_console_script_runs_as_a_subprocess():
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Job 1234571.1: route CMS_Pilots")
+
+
+MIXED = """JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true
+JOB_ROUTER_ROUTE_Slurm @=jrt
+  REQUIREMENTS xcount == 8
+  UNIVERSE grid
+  GridResource = "batch slurm"
+@jrt
+JOB_ROUTER_ROUTE_Pool @=jrt
+  REQUIREMENTS (RequestGPUs ?: 0) > 0
+  UNIVERSE vanilla
+@jrt
+JOB_ROUTER_ROUTE_K8s @=jrt
+  UNIVERSE grid
+  GridResource = "batch k8s"
+  SET K8sImage "img:1"
+@jrt
+JOB_ROUTER_ROUTE_NAMES = Slurm Pool K8s
+"""
+
+
+def test_other_backends_route_shows_the_plain_routed_ad_and_no_pod(tmp_path, capsys):
+    """docs/routes.md "CEs with other backends": on a mixed CE, a job taken by the `batch slurm`
+    route gets what the router makes of the translate hook's pass-through (its source ad,
+    unchanged): no ce-k8s attributes, no pod, no Secret, and a note that says why."""
+    conf = tmp_path / "mixed.conf"
+    conf.write_text(MIXED)
+    assert main(["route", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Job 1234567.3: route Slurm\n")
+    assert ('  note: route Slurm is not a Kubernetes route (its GridResource "batch slurm" does not start with '
+            'CE_K8S_GRID_RESOURCE "batch k8s"): the ce-k8s hooks pass this job through unchanged and no pod '
+            'is built') in out.splitlines()
+    assert '    GridResource = "batch slurm"' in out.splitlines()
+    for absent in ("Managed", "K8sPodName", "K8sAttempt", "  pod ", "  secret "):
+        assert absent not in out, absent
+
+
+def test_json_marks_kubernetes_and_other_routes(tmp_path, capsys):
+    conf = tmp_path / "mixed.conf"
+    conf.write_text(MIXED)
+    ads = "\n".join((EXAMPLES / name).read_text() for name in ("pilot-cpu8.ad", "pilot-gpu.ad", "pilot-1core.ad"))
+    jobads = tmp_path / "jobs.ad"
+    jobads.write_text(ads)
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(jobads)]) == 0
+    data = {d["route"]: d for d in json.loads(capsys.readouterr().out)}
+    assert set(data) == {"Slurm", "Pool", "K8s"}
+    for name in ("Slurm", "Pool"):
+        assert data[name]["kubernetes"] is False and "pod" not in data[name] and "secret" not in data[name]
+        assert "Managed" not in data[name]["routed_ad"] and "K8sPodName" not in data[name]["routed_ad"]
+    assert "sets no GridResource" in data["Pool"]["notes"][0]
+    k8s = data["K8s"]
+    assert k8s["kubernetes"] is True and k8s["pod"]["kind"] == "Pod"
+    assert k8s["routed_ad"]["Managed"] == "ScheddDone" and "notes" not in k8s
+
+
+def test_grid_resource_knob_decides_which_routes_get_pods(tmp_path, capsys):
+    """CE_K8S_GRID_RESOURCE in the CE configuration: the same rule the hooks apply."""
+    conf = tmp_path / "mixed.conf"
+    conf.write_text(MIXED + "CE_K8S_GRID_RESOURCE = batch slurm\n")
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
+    data = json.loads(capsys.readouterr().out)[0]
+    # the Slurm route is now the Kubernetes one; it sets no image, so the pod builder holds the job
+    assert data["route"] == "Slurm" and data["kubernetes"] is True and data["pod_error"]["code"]
+    assert data["routed_ad"]["ManagedManager"] == "ce-k8s"
+
+
+def test_grid_resource_set_in_the_route_body_is_reported(tmp_path, capsys):
+    """The translate hook sees only the route's GridResource macro (the route line), the other hooks
+    the routed ad's GridResource: a SET that makes them disagree is an error (exit 1), in both
+    directions, and names the fix."""
+    conf = tmp_path / "set.conf"
+    conf.write_text('JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true\nJOB_ROUTER_ROUTE_R @=x\n  UNIVERSE grid\n'
+                    '  SET GridResource "batch k8s"\n  SET K8sImage "img:1"\n@x\nJOB_ROUTER_ROUTE_NAMES = R\n')
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
+    data = json.loads(capsys.readouterr().out)[0]
+    assert data["kubernetes"] is False and "pod" not in data
+    assert any('the route\'s GridResource macro is not set' in e and '`GridResource = "batch k8s"`' in e
+               for e in data["errors"]), data["errors"]
+    conf.write_text(conf.read_text().replace('SET GridResource "batch k8s"',
+                                             'GridResource = "batch k8s"\n  SET GridResource "batch slurm"'))
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
+    data = json.loads(capsys.readouterr().out)[0]
+    assert data["kubernetes"] is True and "pod" not in data
+    assert any("update, finalize and cleanup hooks would ignore" in e for e in data["errors"]), data["errors"]

@@ -51,10 +51,24 @@ def test_hook_modules_import_neither_os_nor_future():
 def test_translate_never_loads_the_socket_module():
     """The translate hook never talks to the agent (§2.2, DESIGN decision 1), so it must not pay
     for loading the `_socket` extension (~0.35 ms): `ce_k8s.protocol` loads it only in `call()`."""
-    stdin = ('[ Name = "r" ]\n------\nClusterId = 1\nProcId = 0\nGlobalJobId = "' + GJID + '"\n').encode()
+    stdin = ('[ Name = "r"; GridResource = "batch k8s" ]\n------\nClusterId = 1\nProcId = 0\nGlobalJobId = "'
+             + GJID + '"\n').encode()
     mods = _modules_after("from ce_k8s.hooks.translate import main\nmain()", stdin)
     assert "ce_k8s.hooks.translate" in mods and "ce_k8s.pods.names" in mods
     assert "_socket" not in mods and "socket" not in mods
+
+
+def test_pass_through_loads_neither_pod_names_nor_the_socket():
+    """Another backend's job (docs/routes.md, "CEs with other backends") costs the hooks no more
+    than reading stdin: translate echoes it without loading the pod-name module, and update,
+    cleanup and finalize return before `protocol.call` would load `_socket`."""
+    ad = 'ClusterId = 1\nProcId = 0\nGridResource = "batch slurm"\nGlobalJobId = "' + GJID + '"\n'
+    stdin = ('[ Name = "r"; GridResource = "batch slurm" ]\n------\n' + ad).encode()
+    mods = _modules_after("from ce_k8s.hooks.translate import main\nmain()", stdin)
+    assert "ce_k8s.hooks.translate" in mods and "ce_k8s.pods.names" not in mods and "_socket" not in mods
+    for hook, data in (("update", ad), ("cleanup", ad), ("finalize", ad + "\n------\n" + ad)):
+        mods = _modules_after(f"from ce_k8s.hooks.{hook} import main\nmain()", data.encode())
+        assert f"ce_k8s.hooks.{hook}" in mods and "_socket" not in mods, hook
 
 
 def test_launcher_ends_with_exit_now_and_keeps_exit_codes(hook_dir):
@@ -65,7 +79,7 @@ def test_launcher_ends_with_exit_now_and_keeps_exit_codes(hook_dir):
     assert text.rstrip().endswith("from ce_k8s.hooks._common import exit_now\nexit_now(main())")
     assert run_hook(hook_dir, "translate", b"no separator").returncode == 1
     assert run_hook(hook_dir, "cleanup", b'ClusterId = 1\nOwner = "x"\n').returncode == 0
-    res = run_hook(hook_dir, "update", b'ClusterId = 1\nK8sPodName = "p"\n')
+    res = run_hook(hook_dir, "update", b'ClusterId = 1\nGridResource = "batch k8s"\nK8sPodName = "p"\n')
     assert res.returncode == 1 and res.stdout == b"" and b"unreachable" in res.stderr
 
 

@@ -21,9 +21,9 @@ def setup_spool(tmp_path, uid=None):
     return spool, iwd
 
 
-def stdin_for(iwd, **extra):
+def stdin_for(iwd, grid_resource="batch k8s", **extra):
     src = source_ad(Iwd=str(iwd), **extra)
-    dest = source_ad(K8sPodName="ce-4711-0-a0-0123456789", JobUniverse=9)
+    dest = source_ad(K8sPodName="ce-4711-0-a0-0123456789", JobUniverse=9, GridResource=grid_resource)
     return wire.finalize_stdin(src, dest)
 
 
@@ -145,3 +145,32 @@ def test_agent_never_reachable_exits_zero_with_empty_out_and_a_note(hook_dir, tm
     assert (iwd / "_condor_stdout").read_bytes() == b""
     assert b"agent was unreachable" in (iwd / "_condor_stderr").read_bytes()
     assert b"gave up" in res.stderr
+
+
+def test_another_backends_job_is_left_alone_without_the_agent(hook_dir, tmp_path):
+    """docs/routes.md "CEs with other backends": the routed ad's GridResource (after the separator)
+    is `batch slurm`, so finalize exits 0 at once: no agent call (the socket does not exist), no
+    retries, and above all no empty `Out` or ce-k8s note written over the Slurm job's own files."""
+    import time
+
+    spool, iwd = setup_spool(tmp_path)
+    stdin = stdin_for(iwd, grid_resource="batch slurm")
+    assert b"GridResource" not in stdin.split(b"\n------\n")[0]     # decided from the routed half
+    t0 = time.monotonic()
+    res = run_hook(hook_dir, "finalize", stdin, {"CE_K8S_SOCKET": str(tmp_path / "none.sock"),
+                                                 "CE_K8S_HOOK_TIMEOUT": "3", "CE_K8S_SPOOL": str(spool)})
+    assert time.monotonic() - t0 < 2.0
+    assert (res.returncode, res.stdout, res.stderr) == (0, b"", b"")
+    assert not (iwd / "_condor_stdout").exists() and not (iwd / "_condor_stderr").exists()
+
+
+def test_finalize_follows_the_grid_resource_knob(hook_dir, stub_agent, tmp_path):
+    """With CE_K8S_GRID_RESOURCE = `batch slurm` the Slurm-routed job is the one finalize handles."""
+    spool, iwd = setup_spool(tmp_path)
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"o", b"e"])
+    env = {"CE_K8S_SOCKET": stub_agent.path, "CE_K8S_GRID_RESOURCE": "batch slurm"}
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), env)
+    assert res.returncode == 0 and stub_agent.requests == [] and not (iwd / "_condor_stdout").exists()
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd, grid_resource="batch slurm"), env)
+    assert res.returncode == 0 and stub_agent.requests[-1][0] == "logs"
+    assert (iwd / "_condor_stdout").read_bytes() == b"o"

@@ -60,6 +60,17 @@ def test_from_config_types_and_fallbacks():
     assert s.cpu_limit == "1.5"
 
 
+def test_grid_resource_knob():
+    """CE_K8S_GRID_RESOURCE (docs/routes.md, "CEs with other backends"): `batch k8s` by default;
+    words one space apart; one pair of surrounding quotes dropped, as HTCondor unquotes a route's
+    GridResource macro, so `"batch k8s"` does not silently match no route."""
+    assert Settings().grid_resource == "batch k8s"
+    assert Settings.from_config(FakeConfig({})).grid_resource == "batch k8s"
+    cases = {"kubernetes": "kubernetes", '"batch k8s"': "batch k8s", "  batch   K8s  site-b ": "batch K8s site-b"}
+    for value, want in cases.items():
+        assert Settings.from_config(FakeConfig({"CE_K8S_GRID_RESOURCE": value})).grid_resource == want, value
+
+
 def test_disable_pilot_ads_drops_the_collector():
     """htcondor-ce.md checklist: CONDORCE_COLLECTOR_HOST unless DISABLE_PILOT_ADS."""
     s = Settings.from_config(FakeConfig({"CONDORCE_COLLECTOR_HOST": "ce:9619", "DISABLE_PILOT_ADS": "True"}))
@@ -77,6 +88,8 @@ def test_disable_pilot_ads_drops_the_collector():
     ("CE_K8S_CPU_LIMIT", "0.5", "factor between 1 and 64"),
     ("DISABLE_PILOT_ADS", "maybe", "not a boolean"),
     ("CE_K8S_RUN_AS_USER", "0", "outside 1.."),
+    ("CE_K8S_GRID_RESOURCE", '""', "names no GridResource words"),
+    ("CE_K8S_GRID_RESOURCE", "batch \"k8s\"", "must not contain quotes"),
 ])
 def test_bad_knob_names_file_and_line(knob, value, fragment):
     """A bad knob raises SettingsError 'file:line: KNOB: message' (where it was set, via cfg.origin)."""
