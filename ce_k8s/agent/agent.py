@@ -6,7 +6,9 @@ Pieces, each in its own module:
 * `adtext` — the few ad lines the hot path reads and the lines it prints;
 * `creator.Creator` — creates pod then Secret with bounded concurrency under the QPS budget;
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
-* `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1);
+* `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1), and
+  the pods a cleanup released for a re-route;
+* `sourceprobe.SourceProbe` — asks the CE's schedd whether a cleaned-up job's source job is gone;
 * `metrics.AgentMetrics` — Prometheus metrics on `CE_K8S_METRICS_ADDRESS`;
 * `server.HookServer` — the Unix socket, with the caller's uid from `SO_PEERCRED`.
 
@@ -40,13 +42,14 @@ from ce_k8s import protocol
 from ce_k8s.agent import adtext
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
-from ce_k8s.agent.journal import PostJournal
+from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
 from ce_k8s.agent.options import AgentOptions, default_output_dir
 from ce_k8s.agent.output import OutputStore
 from ce_k8s.agent.podinfo import LABEL_CE, LABEL_MANAGED_BY, MANAGER, PodInfo
 from ce_k8s.agent.ratelimit import TokenBucket, backoff
+from ce_k8s.agent.sourceprobe import GONE, SourceProbe, make_source_probe
 from ce_k8s.agent.status import (
     COMPLETED,
     CREATE_DONE,
@@ -90,6 +93,7 @@ class JobRecord:
     next_try: float = 0.0            # earliest time.time() for the next create attempt
     ad_text: str | None = None       # the routed ad, kept only while a create is queued
     cleaned: float = 0.0             # time.time() when cleanup was asked (0 = not cleaned)
+    cleaned_job: str = ""            # the routed job ("ClusterId.ProcId") that cleanup was for
     namespace: str = ""
     caller_uid: int | None = None    # SO_PEERCRED uid that sent `ad_text` (sandbox ownership check)
     # What the last update said about the job (`list`, log lines): ids from the routed ad, state
@@ -121,7 +125,7 @@ class Agent:
     def __init__(self, settings, api_client, *, socket_path: str | None = None, spool: str | None = None,
                  request_timeout: float = 30.0, watch_timeout: int = 300,
                  config_error_grace: int = CONFIG_ERROR_GRACE, gc_interval: float | None = None,
-                 options: AgentOptions | None = None) -> None:
+                 options: AgentOptions | None = None, source_probe: SourceProbe | None = None) -> None:
         overrides = {k: v for k, v in (("socket", socket_path), ("spool", spool)) if v}
         if overrides:
             settings = dataclasses.replace(settings, **overrides)
@@ -151,7 +155,13 @@ class Agent:
         self.creator = Creator(self)
         self.server = None
         self._gc_thread: threading.Thread | None = None
-        self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0}
+        self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0, "released": 0,
+                        "readopted": 0}
+        # Cleanup of a live pod asks this about the source job (docs/agent.md "Released pods").
+        self.source_probe = source_probe if source_probe is not None else make_source_probe(self.options.source_probe)
+        # Serialises the decisions about released pods: release (cleanup), adoption (update) and
+        # the GC's delete at the end of the grace must not cross.
+        self._release_lock = threading.Lock()
         self.output = OutputStore(self.options.output_dir or default_output_dir(settings.spool),
                                   self.options.max_output_bytes)
         self.journal = PostJournal(self.output.directory)
@@ -258,6 +268,27 @@ class Agent:
                     rec = self.jobs[name] = JobRecord(name, owner)
         return rec
 
+    def _fresh_record(self, name: str, owner: str) -> JobRecord:
+        """Replace the record of `name` by an empty one (a new routed job names a never-created pod)."""
+        with self.jobs_lock:
+            rec = self.jobs[name] = JobRecord(name, owner)
+        return rec
+
+    def _never_created(self, rec: JobRecord, name: str) -> bool:
+        """No pod of this name was ever made, as far as anything can tell (memory, cache, journal)."""
+        return (rec.create.state == CREATE_NONE and not rec.seen_uid and not rec.namespace
+                and not self.journal.posted(name) and self.cache.get(name) is None
+                and self.cache.get_gone(name) is None)
+
+    def _renamed_after_cleanup(self, rec: JobRecord, name: str, attrs: dict[str, str]) -> bool:
+        """Whether a cleaned-up record must be forgotten: a routed job other than the cleaned one
+        names a pod that never existed. A re-routed job can name a pod the cleanup of an earlier
+        routing of the same source job already saw (when that cleanup released a live pod instead,
+        or the source job never got `K8sAttempt` copied); without this its create would be refused
+        for ever. A pod that existed is never made again this way (DESIGN decision 5)."""
+        routed = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+        return bool(rec.cleaned_job) and routed != rec.cleaned_job and self._never_created(rec, name)
+
     # -- update: the hot path -------------------------------------------------------------------
 
     def handle_update(self, text: str, uid: int) -> tuple[str, list[bytes]]:
@@ -271,9 +302,19 @@ class Agent:
             return protocol.STATUS_OK, [b""]          # not routed through our translate hook
         if not self.cache.ready.is_set():
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
-        now = time.time()
+        return self._update(text, uid, attrs, name, owner, time.time())
+
+    def _update(self, text: str, uid: int, attrs: dict[str, str], name: str, owner: str, now: float,
+                adopted: PodInfo | None = None, may_adopt: bool = True) -> tuple[str, list[bytes]]:
+        """The update reply for pod `name`. `adopted`: the released pod a re-routed job is given
+        instead of the never-created `K8sPodName` of its ad (`_adopt`); the reply then also names it."""
         rec = self._record(name, owner)
+        if rec.cleaned and self._renamed_after_cleanup(rec, name, attrs):
+            rec = self._fresh_record(name, owner)
         rec.last_touch = now
+        if adopted is not None:
+            rec.routed_job = ""           # another routed job owns the pod from now on
+            rec.cleaned = 0.0
         if not rec.routed_job:
             rec.routed_job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
             rec.source_job = adtext.unquote(attrs.get("routedfromjobid")) or ""
@@ -290,6 +331,8 @@ class Agent:
             return protocol.STATUS_OK, [adtext.changed_lines(conflict, attrs).encode()]
         if pod is not None:
             rec.seen_uid = pod.uid
+            if adopted is None and self.journal.released_at(name) is not None:
+                self._claim(rec, pod)
         if pod is not None and rec.create.state in (CREATE_NONE, CREATE_RETRY):
             # The pod exists but this process did not finish creating it (restart, or a timeout
             # after the server accepted the create): the Secret may be missing. Re-run the create,
@@ -304,7 +347,7 @@ class Agent:
             # stay undecided and look again at the next update, until ENSURE_SECRET_AFTER has passed.
         job = JobView(
             pod_name=name,
-            attempt=adtext.as_int(attrs.get("k8sattempt")) or 0,
+            attempt=adopted.attempt if adopted is not None else adtext.as_int(attrs.get("k8sattempt")) or 0,
             max_attempts=adtext.as_int(attrs.get("k8smaxattempts")) or s.max_attempts,
             pending_timeout=adtext.as_int(attrs.get("k8spendingtimeout")) or s.pending_timeout,
             job_status=adtext.as_int(attrs.get("jobstatus")),
@@ -317,7 +360,16 @@ class Agent:
         gone = self.cache.get_gone(name) if pod is None else None
         decision = decide(job, pod, gone, rec.create, int(now), s.image_pull_timeout, self.config_error_grace,
                           next_name)
+        if (decision.create and may_adopt and adopted is None and gjid and rec.create.state == CREATE_NONE
+                and not rec.seen_uid and not self.journal.posted(name)):
+            # This name was never created (no pod, no tombstone, no post, no uid in the ad): a
+            # re-routed job may find its live pod released by the cleanup of its last routing.
+            target = self._adoptable(name, owner, gjid)
+            if target is not None:
+                return self._adopt(text, uid, attrs, name, owner, target, now)
         desired = decision.attrs
+        if adopted is not None:
+            desired = {"K8sPodName": name, "K8sAttempt": adopted.attempt, **desired}
         if desired.get("JobStatus") == COMPLETED and not self._output_saved(pod or gone, now):
             # Completion is reported only once the pod's log is safe on disk (output.py): the
             # finalize hook that follows must not depend on the pod or the API server.
@@ -362,10 +414,125 @@ class Agent:
             rec.caller_uid = uid     # kept with the text: the sandbox is read on this uid's behalf
         self.creator.submit(rec)
 
+    # -- released pods: kept at cleanup, adopted by the re-routed job ------------------------------
+
+    def _live(self, pod: PodInfo | None) -> bool:
+        """A pod that still does (or will do) the pilot's work: not finished, not being deleted, not
+        disrupted (an evicted pod's job moves to the next attempt instead)."""
+        return (pod is not None and not pod.finished and not pod.deleting and not pod.disruption
+                and pod.name not in self._deleting)
+
+    def _of_source(self, pod: PodInfo, owner: str, gjid: str) -> bool:
+        """Stricter than `_same_job`: the pod's annotations must name this source job and owner, and
+        its name must be the one its attempt label gives (only then may another routed job use it)."""
+        return (bool(gjid) and pod.global_job_id == gjid and bool(pod.owner)
+                and pod.owner in (owner, label_value(owner)) and pod_name(gjid, pod.attempt) == pod.name)
+
+    def _held_by_agent(self, pod: PodInfo, attrs: dict[str, str], now: float) -> bool:
+        """Whether the agent holds (or is about to hold) the job of `pod`: then its pod goes."""
+        rec = self.jobs.get(pod.name)
+        if (rec is not None and rec.job_status == HELD) or adtext.as_int(attrs.get("jobstatus")) == HELD:
+            return True
+        s = self.settings
+        view = JobView(pod_name=pod.name, attempt=pod.attempt,
+                       max_attempts=adtext.as_int(attrs.get("k8smaxattempts")) or s.max_attempts,
+                       pending_timeout=adtext.as_int(attrs.get("k8spendingtimeout")) or s.pending_timeout)
+        d = decide(view, pod, None, CreateInfo(CREATE_DONE), int(now), s.image_pull_timeout, self.config_error_grace,
+                   None)
+        return d.attrs.get("JobStatus") == HELD
+
+    def _keepable(self, name: str, names: list[str], owner: str, gjid: str | None, attrs: dict[str, str],
+                  now: float) -> PodInfo | None:
+        """The live pod a cleanup of this routed job would destroy work in, if any: the job's own pod,
+        else the pod its never-created name was an alias for, else a pod of an earlier attempt that
+        an earlier cleanup released (the re-routed job was cleaned up before it adopted it)."""
+        if not gjid:
+            return None
+        alias = self.journal.alias_of(name)
+        for n in (name, alias, *reversed(names[1:])):
+            if n is None or (n != name and n != alias and self.journal.released_at(n) is None):
+                continue
+            pod = self.cache.get(n)
+            if self._live(pod) and self._of_source(pod, owner, gjid) and not self._held_by_agent(pod, attrs, now):
+                return pod
+        return None
+
+    def _release(self, pod: PodInfo, gjid: str, job: str, source: str, verdict: str) -> None:
+        """Keep `pod` for a re-route: journal it (renewing the grace) and make sure nothing deletes it
+        for the routed job that was just cleaned up."""
+        self.journal.record_release(pod.name, gjid)
+        rec = self.jobs.get(pod.name)
+        if rec is not None:
+            with self.jobs_lock:
+                rec.cleaned = 0.0
+                rec.reason = f"released at cleanup of {job}: kept {self.options.release_grace} s for a re-route"
+        self.metrics["released"] += 1
+        why = ("the source job will be routed again" if verdict != "unknown"
+               else "the source job's state is unknown (schedd unreachable or probe off)")
+        log.info("%s", fields(event="pod-released", job=job, pod=pod.name, namespace=pod.namespace,
+                              source_job=source or None, source=verdict, why=why,
+                              grace_s=self.options.release_grace))
+
+    def _claim(self, rec: JobRecord, pod: PodInfo) -> None:
+        """An update names a released pod directly: a routed job uses it again, so it is no longer
+        released (the router re-adopted the routed job, or the re-routed job got the same name)."""
+        with self._release_lock:
+            self.journal.record_unreleased(pod.name)
+        with self.jobs_lock:
+            rec.cleaned = 0.0
+        log.info("%s", fields(event="pod-adopted", job=rec.routed_job or self._job_for(pod.name), pod=pod.name,
+                              namespace=pod.namespace, source="released", alias=None))
+
+    def _adoptable(self, name: str, owner: str, gjid: str) -> PodInfo | None:
+        """A live pod of this source job and owner that this never-created `name` may take over: the
+        pod `name` was already given to (the reply may have been lost), or a released one."""
+        candidates = self.journal.released_for(gjid)
+        alias = self.journal.alias_of(name)
+        if alias is not None:
+            candidates.append(alias)
+        best = None
+        for n in candidates:
+            pod = self.cache.get(n)
+            if n == name or not self._live(pod) or not self._of_source(pod, owner, gjid):
+                continue
+            if best is None or pod.attempt > best.attempt:
+                best = pod
+        return best
+
+    def _adopt(self, text: str, uid: int, attrs: dict[str, str], name: str, owner: str, target: PodInfo,
+               now: float) -> tuple[str, list[bytes]]:
+        """Give the re-routed job the released pod `target` instead of creating `name`: the reply sets
+        `K8sPodName`/`K8sAttempt` to the pod's, the router applies it to the routed ad and pushes it to
+        the schedd (JobRouter.cpp UpdateRoutedJobStatus), and from then on every hook names the pod."""
+        with self._release_lock:
+            if not self._live(self.cache.get(target.name)):
+                target = None                  # the GC took it meanwhile: create as usual
+            else:
+                self.journal.record_adopt(target.name, name)
+        if target is None:
+            return self._update(text, uid, attrs, name, owner, now, may_adopt=False)
+        with self.jobs_lock:
+            rec = self.jobs.get(name)
+            if rec is not None and rec.create.state == CREATE_NONE:
+                del self.jobs[name]            # the never-created name leaves no trace to act on
+        self.metrics["readopted"] += 1
+        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+        log.info("%s", fields(event="pod-adopted", job=job, pod=target.name, namespace=target.namespace,
+                              source="released", alias=name, attempt=target.attempt))
+        return self._update(text, uid, attrs, target.name, owner, now, adopted=target)
+
     # -- cleanup ---------------------------------------------------------------------------------
 
     def handle_cleanup(self, text: str, uid: int) -> tuple[str, list[bytes]]:
-        """Delete the job's pods (this and earlier attempts), Secrets and saved output; absent counts as done."""
+        """Delete the job's pods (this and earlier attempts), Secrets and saved output; absent counts as done.
+
+        Unless the cleanup interrupts live work: the router also cleans a routed job up when it
+        could not push a status update to the schedd (JobRouter.cpp UpdateRoutedJobStatus), and
+        then routes the source job again. So when the job's pod is live and the agent has not held
+        the job, the source job decides (`sourceprobe`): gone → delete as always; waiting or
+        unknown → the pod is released, not deleted, for the re-routed job to adopt (docs/agent.md
+        "Released pods"); the GC deletes it if nobody does within `CE_K8S_RELEASE_GRACE`.
+        """
         got = self._identify(text, uid, "cleanup")
         if isinstance(got[0], str):
             return got
@@ -375,18 +542,41 @@ class Agent:
         if not self.cache.ready.is_set():
             # "not found" before the relist could be a lie that leaks a running pod: retry later.
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
+        now = time.time()
         rec = self._record(name, owner)
-        with self.jobs_lock:
-            rec.cleaned = rec.cleaned or time.time()
         job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
         attempt = adtext.as_int(attrs.get("k8sattempt")) or 0
         names = [name]
         if gjid:
             names += [pod_name(gjid, a) for a in range(attempt) if pod_name(gjid, a) != name]
-        self.journal.record_done(names)
+            alias = self.journal.alias_of(name)
+            if alias is not None and alias not in names:
+                names.append(alias)     # the pod this never-created name was given (`_adopt`)
+        keep = None
+        source = adtext.unquote(attrs.get("routedfromjobid")) or ""
+        verdict = ""
+        if gjid and valid_global_job_id(gjid):
+            keep = self._keepable(name, names, owner, gjid, attrs, now)
+            if keep is not None:
+                verdict = self.source_probe.status(source)
+                if verdict == GONE:
+                    keep = None
+        if keep is not None:
+            with self._release_lock:
+                if self._live(self.cache.get(keep.name)):
+                    self._release(keep, gjid, job, source, verdict)
+                else:
+                    keep = None         # deleted meanwhile: nothing left to keep
+        if keep is None or keep.name != name:
+            with self.jobs_lock:
+                rec.cleaned = rec.cleaned or now
+                rec.cleaned_job = job
+        self.journal.record_done([n for n in names if keep is None or n != keep.name])
         deleted = 0
         for n in names:
+            if keep is not None and n == keep.name:
+                continue
             pod = self.cache.get(n)
             if pod is not None and not self._same_job(pod, owner, gjid):
                 log.warning("%s", fields(event="cleanup-skipped", job=job, pod=n, namespace=pod.namespace,
@@ -399,7 +589,12 @@ class Agent:
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
             deleted += self.delete_pod(n, namespace, why="cleanup", job=job)
-        log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted))
+        log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted,
+                              released=keep.name if keep is not None else None))
+        if keep is not None:
+            return protocol.STATUS_OK, [(f"pod {keep.name} released, not deleted: source job {source or '?'} "
+                                         f"is {verdict}; kept {self.options.release_grace} s for a re-route "
+                                         f"({deleted} other pod(s) deleted)").encode()]
         return (protocol.STATUS_OK if deleted else protocol.STATUS_NOTFOUND), [f"{deleted} pod(s) deleted".encode()]
 
     def _forget_output(self, name: str, owner: str, gjid: str | None) -> None:
@@ -713,7 +908,8 @@ class Agent:
                 continue
             rec = self.jobs.get(name)
             last = rec.last_touch if rec and rec.last_touch else self.started_at
-            if (rec and rec.cleaned) or (pod.finished and now - last >= grace):
+            released = self.journal.released_at(name) is not None
+            if (rec and rec.cleaned and not released) or (pod.finished and now - last >= grace):
                 victims.append(pod)
         for pod in victims:
             try:
@@ -721,6 +917,7 @@ class Agent:
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, why="gc", error=_short(exc)))
+        victims += self._expire_releases(now)
         self.cache.forget_gone(now - max(grace, 600))
         self.journal.prune(now)
         self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
@@ -731,6 +928,38 @@ class Agent:
                 del self.jobs[name]
                 self._output_tries.pop(name, None)
         return [p.name for p in victims]
+
+    def _expire_releases(self, now: float) -> list[PodInfo]:
+        """Delete the released pods no re-routed job adopted within `CE_K8S_RELEASE_GRACE` of their
+        last release; forget releases whose pod is gone. Returns the pods it deleted."""
+        expired = []
+        for name, (_gjid, when) in self.journal.released().items():
+            if now - when < self.options.release_grace:
+                continue
+            with self._release_lock:
+                if self.journal.released_at(name) != when:
+                    continue                    # renewed or adopted since the copy was taken
+                pod = self.cache.get(name)
+                if pod is None:
+                    self.journal.record_unreleased(name)
+                    continue
+                if pod.deleting or name in self._deleting:
+                    continue
+                self._deleting.add(name)        # an adoption from now on sees it as not live
+            expired.append(pod)
+        deleted = []
+        for pod in expired:
+            job = self._job_for(pod.name)
+            try:
+                self.delete_pod(pod.name, pod.namespace, why="release", job=job)
+                self.journal.record_unreleased(pod.name)
+                deleted.append(pod)
+            except Exception as exc:
+                log.warning("%s", fields(event="delete-failed", job=job, pod=pod.name, namespace=pod.namespace,
+                                         why="release", error=_short(exc)))
+            finally:
+                self._deleting.discard(pod.name)
+        return deleted
 
 
 def _row(routed_job: str, source_job: str, owner: str, route: str, namespace: str, pod: str, node: str, phase: str,

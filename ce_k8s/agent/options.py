@@ -1,6 +1,6 @@
-"""The agent's own knobs: where it keeps pod output, how much of it, and where it serves metrics.
+"""The agent's own knobs: pod output, metrics, and what a cleanup does with a live pod.
 
-Why not in `ce_k8s.settings.Settings`: these three only matter to the agent process (the pod
+Why not in `ce_k8s.settings.Settings`: these only matter to the agent process (the pod
 builder, the information provider and the CLI never read them), so they live with it; they are
 HTCondor knobs all the same (DESIGN decision 9), read from the CE's configuration by
 `ce-k8s agent` and shown by `condor_ce_config_val`.
@@ -10,6 +10,11 @@ HTCondor knobs all the same (DESIGN decision 9), read from the CE's configuratio
 | `CE_K8S_OUTPUT_DIR` | `<parent of CE_K8S_SPOOL>/ce-k8s-output` | agent-owned 0700 directory for saved pod logs |
 | `CE_K8S_MAX_OUTPUT_BYTES` | 16 MiB | bytes kept per stream (stdout, stderr) of each pod |
 | `CE_K8S_METRICS_ADDRESS` | `127.0.0.1:9620` | Prometheus endpoint `host:port`; empty = off |
+| `CE_K8S_SOURCE_PROBE` | true | cleanup of a live pod asks the CE's schedd about the source job |
+| `CE_K8S_RELEASE_GRACE` | 300 | seconds a released pod waits for adoption, from its last release |
+
+(`CE_K8S_SOURCE_PROBE = false`: never ask, so a cleanup always releases a live pod; see sourceprobe.py
+and docs/agent.md "Released pods".)
 
 An in-process `Agent` (tests, bench) built without options serves no metrics: several agents
 in one test run must not fight over a port.
@@ -25,6 +30,8 @@ from ce_k8s.condor.config import ConfigError
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9620"
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 MAX_OUTPUT_BYTES_LIMIT = 1024 * 1024 * 1024
+DEFAULT_RELEASE_GRACE = 300
+MAX_RELEASE_GRACE = 7 * 86400     # the post journal forgets releases after 7 days anyway
 
 
 class OptionsError(ConfigError, ValueError):
@@ -38,6 +45,8 @@ class AgentOptions:
     output_dir: str = ""                          # "" = default_output_dir(spool)
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     metrics_address: str = ""                     # "" = no metrics endpoint
+    source_probe: bool = True                     # ask the schedd before deleting a live pod at cleanup
+    release_grace: int = DEFAULT_RELEASE_GRACE    # seconds a released pod is kept for adoption
 
     @classmethod
     def from_config(cls, cfg) -> AgentOptions:
@@ -69,7 +78,18 @@ class AgentOptions:
                 parse_address(metrics)
             except ValueError as exc:
                 raise fail("CE_K8S_METRICS_ADDRESS", str(exc)) from None
-        return cls(output_dir=out_dir, max_output_bytes=max_bytes, metrics_address=metrics)
+        try:
+            probe = cfg.get_bool("CE_K8S_SOURCE_PROBE", True)
+        except ConfigError:
+            raise fail("CE_K8S_SOURCE_PROBE", f"{cfg.get('CE_K8S_SOURCE_PROBE')!r} is not a boolean") from None
+        try:
+            grace = cfg.get_int("CE_K8S_RELEASE_GRACE", DEFAULT_RELEASE_GRACE)
+        except ConfigError:
+            raise fail("CE_K8S_RELEASE_GRACE", f"{cfg.get('CE_K8S_RELEASE_GRACE')!r} is not an integer") from None
+        if not 0 <= grace <= MAX_RELEASE_GRACE:
+            raise fail("CE_K8S_RELEASE_GRACE", f"{grace} is outside 0..{MAX_RELEASE_GRACE}")
+        return cls(output_dir=out_dir, max_output_bytes=max_bytes, metrics_address=metrics,
+                   source_probe=probe, release_grace=grace)
 
 
 def default_output_dir(spool: str) -> str:

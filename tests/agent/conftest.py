@@ -14,6 +14,7 @@ import pytest
 from kubernetes import config as kconfig
 
 from ce_k8s.agent.agent import Agent
+from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
 from ce_k8s.settings import Settings
@@ -95,10 +96,16 @@ def settings(tmp_root):
 
 
 def new_agent(server, settings, **kwargs) -> Agent:
-    """An agent on the emulator, started and listed (its socket at settings.socket)."""
+    """An agent on the emulator, started and listed (its socket at settings.socket).
+
+    Its source probe answers "gone" unless a test passes its own `source_probe`: a cleanup then
+    deletes a live pod as a removed source job's cleanup does (docs/agent.md "Released pods"); no
+    test needs a schedd.
+    """
     api = kconfig.new_client_from_config(config_file=server.kubeconfig_path)
     kwargs.setdefault("request_timeout", 3.0)
     kwargs.setdefault("watch_timeout", 5)
+    kwargs.setdefault("source_probe", FixedProbe(GONE))
     agent = Agent(settings, api, **kwargs)
     agent.start()
     assert agent.cache.ready.is_set()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from ce_k8s.agent.journal import FILE_NAME, PostJournal
 
 
@@ -74,3 +76,39 @@ def test_an_unwritable_directory_degrades_to_memory_only(tmp_path):
     j = PostJournal(str(missing))
     j.record_post("ce-1-0-a0-x")
     assert j.posted("ce-1-0-a0-x")
+
+
+def test_releases_and_aliases_survive_a_new_process_and_a_rewrite(tmp_path):
+    """docs/agent.md "Released pods": a restarted agent still knows what a cleanup released (and
+    when: the grace counts from it) and which never-created name stands for an adopted pod."""
+    j = PostJournal(str(tmp_path))
+    j.record_post("ce-1-0-a0-x")
+    j.record_release("ce-1-0-a0-x", "ce#1.0#1")
+    j.record_release("ce-2-0-a0-y", "ce#2.0#1")
+    j.record_release("ce-3-0-a0-z", "ce#3.0#1")
+    j.record_adopt("ce-2-0-a0-y", "ce-2-0-a1-y")          # adopted: no longer released
+    j.record_unreleased("ce-3-0-a0-z")                    # claimed by an update, or the GC deleted it
+    j.record_adopt("ce-4-0-a0-w", "ce-4-0-a1-w")
+    j.record_release("ce-4-0-a0-w", "ce#4.0#1")           # released again after its adoption
+    when = j.released_at("ce-1-0-a0-x")
+    for again in (PostJournal(str(tmp_path)), PostJournal(str(tmp_path))):   # the second reads the rewrite
+        assert again.posted("ce-1-0-a0-x") and again.released_at("ce-1-0-a0-x") == pytest.approx(when, abs=0.001)
+        assert again.released_for("ce#1.0#1") == ["ce-1-0-a0-x"]
+        assert again.released_at("ce-2-0-a0-y") is None and again.alias_of("ce-2-0-a1-y") == "ce-2-0-a0-y"
+        assert again.released_at("ce-3-0-a0-z") is None
+        assert again.alias_of("ce-4-0-a1-w") == "ce-4-0-a0-w" and again.released_at("ce-4-0-a0-w") is not None
+    again.record_done(["ce-4-0-a0-w", "ce-1-0-a0-x"])     # cleanup ends the job: everything about them goes
+    last = PostJournal(str(tmp_path))
+    assert last.alias_of("ce-4-0-a1-w") is None and last.released() == {}
+    assert not last.posted("ce-1-0-a0-x") and last.alias_of("ce-2-0-a1-y") == "ce-2-0-a0-y"
+
+
+def test_a_release_line_needs_a_sane_global_job_id(tmp_path):
+    (tmp_path / FILE_NAME).write_bytes(
+        b"1.0 R ok-name ce#1.0#1\n"
+        b"2.0 R no-gjid\n"
+        b"3.0 R bad-gjid ce#\xff\n"
+        b"4.0 A ok-target not/a/name\n"
+        b"5.0 U\n")
+    j = PostJournal(str(tmp_path), now=10.0)
+    assert list(j.released()) == ["ok-name"] and j.alias_of("not/a/name") is None
