@@ -85,11 +85,14 @@ def compile_hook_modules(root: str | None = None) -> bool:
 
 
 def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None,
-                  spool: str | None = None, grid_resource: str | None = None) -> list[str]:
+                  spool: str | None = None, package_dir: str | None = None,
+                  grid_resource: str | None = None) -> list[str]:
     """Write the launchers (mode 0755) into `directory` and return their paths.
 
     The router silently ignores a hook whose file or directory is world-writable
-    (jobrouter-protocol.md §1.1), so the directory is created 0755 and checked.
+    (jobrouter-protocol.md §1.1), so the directory is created 0755 and checked. `package_dir` is
+    the directory holding `ce_k8s` as the hooks will see it (default: this installation's); the
+    real-HTCondor test bed runs them in a chroot where the package is mounted elsewhere.
     `grid_resource` is the CE's `CE_K8S_GRID_RESOURCE` (None: `protocol.DEFAULT_GRID_RESOURCE`).
     """
     os.makedirs(directory, mode=0o755, exist_ok=True)
@@ -100,7 +103,7 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     paths = []
     for name, module in HOOKS.items():
         path = os.path.join(directory, name)
-        text = TEMPLATE.format(python=python, root=package_root(), socket=socket_path,
+        text = TEMPLATE.format(python=python, root=package_dir or package_root(), socket=socket_path,
                                timeout=float(hook_timeout), module=module, spool=spool,
                                grid_resource=grid_resource or DEFAULT_GRID_RESOURCE)
         tmp = path + ".tmp"

@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="router polling period in real seconds (default 1)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds")
     parser.add_argument("--seed", type=int, default=1, help="random seed (pilot mix, faults, restarts)")
+    parser.add_argument("--condor", choices=("emulated", "real"), default="emulated",
+                        help="the job router: our emulator (default) or the real HTCondor test bed "
+                             "(`ce-k8s testbed real-condor up`; brought up and down here if it is not up)")
+    parser.add_argument("--factory", action="store_true",
+                        help="with --condor real: submit from the factory schedd over HTCondor-C")
+    parser.add_argument("--state", metavar="DIR", help="with --condor real: the test bed's state directory")
 
 
 def _progress(stream):
@@ -75,8 +81,53 @@ def _table(bed) -> str:
     return "\n".join(lines)
 
 
+def run_real(args: argparse.Namespace) -> int:
+    """The demo over the real HTCondor test bed (ce_k8s.sim.realdemo); same JSON keys."""
+    from ce_k8s.sim.pilots import generate
+    from ce_k8s.sim.realcondor import STATE_DIR, RealCondor, RealCondorError
+    from ce_k8s.sim.realdemo import RealDemo
+
+    def progress(msg: str) -> None:
+        sys.stderr.write(f"ce-k8s demo: {msg}\n")
+        sys.stderr.flush()
+
+    env = RealCondor(args.state or STATE_DIR)
+    ours = False
+    try:
+        if not env.status().get("up"):
+            env.up(progress=progress)
+            ours = True
+        demo = RealDemo(env, factory=args.factory)
+        pilots = generate(args.pilots, seed=args.seed, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
+        demo.submit(pilots)
+        where = "from the factory over HTCondor-C" if args.factory else "to the CE"
+        progress(f"{len(pilots)} pilots submitted {where}")
+        demo.run(timeout=args.timeout, progress=progress)
+        summary = demo.summary(demo.drain(timeout=min(120.0, args.timeout)))
+    except RealCondorError as exc:
+        sys.stderr.write(f"ce-k8s demo --condor real: {exc}\n")
+        return 2
+    finally:
+        if ours:
+            env.down(progress=progress)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        for key, value in sorted(summary.items()):
+            print(f"{key}: {value}")
+    ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
+          and summary["secrets_left"] == 0)
+    return 0 if ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
+
+    if args.condor == "real":
+        return run_real(args)
+    if args.factory:
+        sys.stderr.write("ce-k8s demo: --factory needs --condor real\n")
+        return 2
 
     from ce_k8s.sim.router_testbed import DEFAULT_NODES, TestBed
 

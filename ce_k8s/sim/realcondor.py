@@ -1,0 +1,675 @@
+"""A real HTCondor (Debian 13's `condor` package) in a chroot, running ce-k8s's hooks and agent.
+
+    ce-k8s testbed real-condor up|down|status [--state DIR] [--root DIR] [--json]
+
+Everything HTCondor does here is the real daemons' work: condor_master, a collector, the CE
+schedd, condor_job_router, the gridmanager and BLAH, and a second schedd that plays a
+GlideinWMS factory submitting over HTCondor-C. Only Kubernetes is emulated (`ce-k8s sim
+serve`, outside the root). docs/real-condor.md describes the layout; in short:
+
+* **The root** is built once by `debootstrap --variant=minbase trixie` plus `apt-get install
+  condor python3` and cached (`/var/cache/ce-k8s/condor-trixie`, ~560 MB; rebuilt only when its
+  marker file is missing). Needs root; installs Debian's `debootstrap` with apt when missing.
+* **The state directory** (`/var/tmp/ce-k8s-real-condor`) is bind-mounted into the root at the
+  same path, so every path in it means the same file inside and out: the CE spool (routed ads
+  name sandbox files there), the agent's socket and output, the kubeconfig, logs and pid files.
+* **Hooks** run on the root's own `/usr/bin/python3 -IS` with the `ce_k8s` package bind-mounted
+  at `/opt/ce-k8s/lib/ce_k8s` (the hooks are stdlib only: nothing is copied, no venv needed).
+* **The agent** runs under condor_master as a non-DaemonCore daemon, as on a CE, on this
+  checkout's interpreter: its prefix and the venv are bind-mounted at their own paths (read-only).
+* **BLAH in the worst case:** `/etc/blah.config` accepts the `k8s` and `slurm` LRMS and every
+  `<lrms>_*.sh` script of both only records its call in `<state>/blah-calls.log`, so a gridmanager
+  that ever acted on a Kubernetes-routed job would show there.
+
+`down` stops the daemons by their own command (`condor_off -master`), then by pid, kills whatever
+still runs inside the root, stops the emulator and undoes every mount. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ROOT_CACHE = Path(os.environ.get("CE_K8S_REAL_CONDOR_ROOT", "/var/cache/ce-k8s/condor-trixie"))
+# /var/tmp: the state must outlive the `up` command; it is recreated root-owned 0755 on every `up`
+STATE_DIR = Path(os.environ.get("CE_K8S_REAL_CONDOR_STATE", "/var/tmp/ce-k8s-real-condor"))  # noqa: S108
+SUITE = "trixie"
+PACKAGES = ("condor", "python3")
+MARKER = ".ce-k8s-root"             # written last: a root without it is rebuilt
+PKG_MOUNT = "/opt/ce-k8s/lib"        # the hooks' sys.path entry inside the root
+HOOK_DIR = "/usr/libexec/ce-k8s"     # the launchers, inside the root (0755: the router refuses
+                                     # a hook in a world-writable directory)
+CONFIG_DIR = "/etc/condor/config.d"
+AGENT_LOG = "/var/log/condor/CeK8sAgentLog"
+DEBIAN_CONFIG = frozenset({"00-htcondor-9.0.config"})   # what the condor package puts there
+COLLECTOR_PORT = 19618
+CE_SCHEDD = "ce"
+FACTORY_SCHEDD = "factory"
+# The pilot accounts of ce_k8s.sim.pilots.OWNERS, the factory's account, and one batch user.
+ACCOUNTS = {"osg01": 47001, "cmspilot": 47002, "osggpu": 47003, "atlaspilot": 47004, "gfactory": 47010,
+            "slurmuser": 47020}
+BLAH_LRMS = ("k8s", "slurm")
+BLAH_SCRIPTS = ("submit", "status", "cancel", "hold", "resume", "ping")
+DEFAULT_NODES = ("cpu:8x64c256g,"
+                 "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
+                 "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
+
+
+class RealCondorError(RuntimeError):
+    """The environment cannot be built or started; the message says what to do."""
+
+
+# ---------------------------------------------------------------------------------- the root
+def _run(cmd: list[str], *, timeout: float = 600, check: bool = True, **kw) -> subprocess.CompletedProcess[str]:
+    log.debug("run %s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, **kw)
+    if check and proc.returncode != 0:
+        raise RealCondorError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}): "
+                              f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+    return proc
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise RealCondorError("the real-HTCondor test bed needs root (debootstrap, chroot, mounts); "
+                              "run it as root, e.g. `sudo ce-k8s testbed real-condor up`")
+
+
+def build_root(path: Path = ROOT_CACHE, progress=print) -> Path:
+    """The cached Debian 13 root with HTCondor, built once (idempotent; about 30 s and 560 MB)."""
+    require_root()
+    if (path / MARKER).exists():
+        return path
+    if shutil.which("debootstrap") is None:
+        progress("installing Debian's debootstrap with apt-get")
+        _run(["apt-get", "update", "-qq"])
+        _run(["apt-get", "install", "-y", "-qq", "debootstrap"],
+             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    tmp = path.with_name(path.name + ".building")
+    if tmp.exists():
+        _unmount_below(tmp)
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    progress(f"debootstrap --variant=minbase {SUITE} {tmp}")
+    _run(["debootstrap", "--variant=minbase", SUITE, str(tmp)], timeout=1200)
+    shutil.copy("/etc/resolv.conf", tmp / "etc/resolv.conf")
+    progress(f"apt-get install {' '.join(PACKAGES)} (in the root)")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C"}
+    _run(["chroot", str(tmp), "apt-get", "update", "-qq"], env=env, timeout=600)
+    _run(["chroot", str(tmp), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+         env=env, timeout=1200)
+    version = _run(["chroot", str(tmp), "condor_version"], env=env).stdout.split("\n")[0]
+    (tmp / MARKER).write_text(json.dumps({"suite": SUITE, "packages": PACKAGES, "condor": version}) + "\n")
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------- mounts
+def _mounts() -> list[str]:
+    with open("/proc/self/mounts", encoding="utf-8") as fh:
+        return [line.split()[1].replace("\\040", " ") for line in fh]
+
+
+def _unmount_below(root: Path) -> list[str]:
+    """Unmount everything at or below `root`, deepest first; returns what was unmounted."""
+    prefix = str(root).rstrip("/") + "/"
+    done = []
+    for point in sorted((m for m in _mounts() if m.startswith(prefix)), key=len, reverse=True):
+        if subprocess.run(["umount", point], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        done.append(point)
+    return done
+
+
+def _bind(src: str | Path, root: Path, dest: str | None = None, readonly: bool = False) -> str:
+    target = root / str(dest or src).lstrip("/")
+    if str(target) in _mounts():
+        return str(target)
+    if Path(src).is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    _run(["mount", "--bind", str(src), str(target)])
+    if readonly:
+        _run(["mount", "-o", "remount,bind,ro", str(target)])
+    return str(target)
+
+
+def _processes_in(root: Path) -> list[int]:
+    """Pids whose root directory is `root` (what a chroot started and what they started)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{entry}/root") == str(root):
+                pids.append(int(entry))
+    return pids
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return fh.read().split(") ")[-1][:1] != "Z"
+    return True
+
+
+# ---------------------------------------------------------------------------------- configuration
+def testbed_config(state: Path, poll: int, python_prefix: str) -> str:
+    """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`)."""
+    return f"""\
+# ce-k8s real-HTCondor test bed (ce_k8s/sim/realcondor.py; docs/real-condor.md).
+CONDOR_HOST = 127.0.0.1
+NETWORK_INTERFACE = 127.0.0.1
+USE_SHARED_PORT = False
+COLLECTOR_HOST = 127.0.0.1:{COLLECTOR_PORT}
+DAEMON_LIST = MASTER, COLLECTOR, SCHEDD, JOB_ROUTER, FACTORY_SCHEDD, CE_K8S_AGENT
+SCHEDD_NAME = {CE_SCHEDD}
+SPOOL = {state}/spool
+# Loopback only; every user on this root is a test account.
+SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
+SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
+ALLOW_READ = *
+ALLOW_WRITE = *
+ALLOW_NEGOTIATOR = *
+ALLOW_ADMINISTRATOR = *
+ALLOW_DAEMON = *
+ALLOW_OWNER = *
+QUEUE_SUPER_USERS = root, condor
+SCHEDD_INTERVAL = 5
+SCHEDD_MIN_INTERVAL = 1
+JOB_ROUTER_POLLING_PERIOD = {poll}
+JOB_ROUTER_SCHEDD1_SPOOL = $(SPOOL)
+# A completed routed job leaves the queue by the schedd's periodic-expression pass (it is
+# "ScheddDone", schedd.cpp PeriodicExprEval); the router must not forget a retired job sooner
+# (MAX_JOB_MIRROR_UPDATE_LAG, default 600 s), or it adopts the finished job again.
+PERIODIC_EXPR_INTERVAL = 5
+JOB_ROUTER_DEBUG = D_FULLDEBUG
+GRIDMANAGER_JOB_PROBE_INTERVAL = 5
+C_GAHP_CONTACT_SCHEDD_DELAY = 2
+GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = 1000
+MASTER_NEW_BINARY_RESTARTS = NEVER
+MASTER_BACKOFF_CONSTANT = 1
+MASTER_BACKOFF_CEILING = 5
+
+# The factory: a second schedd that submits pilots to the CE over HTCondor-C, as GlideinWMS does.
+FACTORY_SCHEDD = $(SCHEDD)
+FACTORY_SCHEDD_ARGS = -local-name {FACTORY_SCHEDD}
+{FACTORY_SCHEDD}.SCHEDD_NAME = {FACTORY_SCHEDD}
+{FACTORY_SCHEDD}.SPOOL = {state}/factory-spool
+{FACTORY_SCHEDD}.SCHEDD_LOG = $(LOG)/SchedLog.{FACTORY_SCHEDD}
+{FACTORY_SCHEDD}.SCHEDD_ADDRESS_FILE = {state}/factory-spool/.schedd_address
+{FACTORY_SCHEDD}.JOB_QUEUE_LOG = {state}/factory-spool/job_queue.log
+{FACTORY_SCHEDD}.SCHEDD_DAEMON_AD_FILE = {state}/factory-spool/.schedd_classad
+DC_DAEMON_LIST = + FACTORY_SCHEDD
+
+# ce-k8s: the agent under condor_master (non-DaemonCore) and the information provider in the
+# CE schedd's cron, both on this checkout's interpreter.
+CE_K8S_INFO_EXECUTABLE = {python_prefix}/bin/ce-k8s
+CE_K8S_INFO_CONFIG = /etc/condor/condor_config
+{FACTORY_SCHEDD}.SCHEDD_CRON_CEK8SINFO_EXECUTABLE = /bin/true
+CE_K8S_AGENT = {HOOK_DIR}/ce-k8s-agent-testbed
+CE_K8S_AGENT_ARGS = agent --config /etc/condor/condor_config
+CE_K8S_AGENT_ENVIRONMENT = "CONDOR_CONFIG=/etc/condor/condor_config PYTHONUNBUFFERED=1"
+CE_K8S_HOOK_DIR = {HOOK_DIR}
+CE_K8S_SOCKET = {state}/run/agent.sock
+CE_K8S_SPOOL = {state}/spool
+CE_K8S_OUTPUT_DIR = {state}/output
+CE_K8S_KUBECONFIG = {state}/kubeconfig
+CE_K8S_CE_NAME = real-condor-testbed
+CE_K8S_METRICS_ADDRESS =
+CE_K8S_GC_GRACE = 30
+CE_K8S_HOOK_TIMEOUT = 30
+
+# The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
+JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
+JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
+    REQUIREMENTS DemoScenario isnt undefined
+    SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
+@jrt
+
+# A batch route next to ours, as on a mixed CE (HTCondor-CE's own Slurm route shape). It takes
+# only jobs that ask for it, and it is tried first.
+JOB_ROUTER_ROUTE_Slurm_Cluster @=jrt
+    REQUIREMENTS TestBatchRoute =?= true
+    UNIVERSE 9
+    GridResource = "batch slurm"
+@jrt
+JOB_ROUTER_ROUTE_NAMES = Slurm_Cluster $(JOB_ROUTER_ROUTE_NAMES)
+"""
+
+
+BLAH_RECORDER = """#!/bin/sh
+# ce-k8s real-HTCondor test bed: records the call instead of talking to a batch system.
+echo "$(date +%s) $(basename "$0") $*" >> {log}
+case "$(basename "$0")" in
+  *_submit.sh) echo "BLAHP_JOBID_PREFIX$(date +%s%N)" ;;
+  *_status.sh) echo "[BatchJobId=\\"$2\\"; JobStatus=1;]" ;;
+esac
+exit 0
+"""
+
+
+@dataclass
+class State:
+    """What `up` started, kept in `<state>/state.json` so `down` and `status` find it."""
+
+    root: str
+    state: str
+    mounts: list[str]
+    sim_pid: int
+    api_url: str
+    master_pid: int
+    poll: int
+    started: float
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.__dict__, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> State | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+class RealCondor:
+    """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
+
+    def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str = ROOT_CACHE) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self.root = Path(root).absolute()
+        self.state_file = self.state_dir / "state.json"
+
+    # -------------------------------------------------------------------------- paths
+    @property
+    def spool(self) -> Path:
+        return self.state_dir / "spool"
+
+    @property
+    def socket(self) -> Path:
+        return self.state_dir / "run" / "agent.sock"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def blah_log(self) -> Path:
+        return self.state_dir / "blah-calls.log"
+
+    @property
+    def ce_name(self) -> str:
+        """The CE schedd's Name in the collector (HTCondor appends `@<host>` to SCHEDD_NAME)."""
+        return f"{CE_SCHEDD}@{os.uname().nodename}"
+
+    @property
+    def factory_name(self) -> str:
+        return f"{FACTORY_SCHEDD}@{os.uname().nodename}"
+
+    def log_path(self, name: str) -> Path:
+        """A daemon log of the root (`SchedLog`, `JobRouterLog`, `GridmanagerLog.<owner>`, ...)."""
+        return self.root / "var/log/condor" / name
+
+    # -------------------------------------------------------------------------- commands in the root
+    def run(self, args: list[str], *, user: str | None = None, input: str | None = None,
+            check: bool = True, timeout: float = 120, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the root (as `user` if given), with the root's HTCondor config."""
+        cmd = ["chroot"]
+        if user:
+            cmd.append(f"--userspec={user}:{user}")
+        cmd += [str(self.root)]
+        if cwd:
+            cmd += ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd]
+        cmd += args
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CONDOR_CONFIG": "/etc/condor/condor_config",
+               "LANG": "C", "HOME": f"/home/{user}" if user else "/root"}
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                              env=env, check=False)
+        if check and proc.returncode != 0:
+            raise RealCondorError(f"{' '.join(args)} failed ({proc.returncode}): "
+                                  f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc
+
+    def query(self, constraint: str = "true", attrs: tuple[str, ...] = (), schedd: str | None = None) -> list[dict]:
+        """`condor_q -json` of every user's jobs on the CE schedd (or `schedd`) as dicts."""
+        args = ["condor_q", "-allusers", "-json", "-constraint", constraint]
+        if schedd:
+            args += ["-name", schedd]
+        if attrs:
+            args += ["-attributes", ",".join(attrs)]
+        out = self.run(args).stdout.strip()
+        return json.loads(out) if out else []
+
+    def history(self, constraint: str = "true", attrs: tuple[str, ...] = ()) -> list[dict]:
+        args = ["condor_history", "-json", "-constraint", constraint]
+        if attrs:
+            args += ["-attributes", ",".join(attrs)]
+        out = self.run(args, check=False).stdout.strip()
+        return json.loads(out) if out.startswith("[") else []
+
+    def core_api(self):
+        """A kubernetes CoreV1Api on the emulator (the test bed's view of the cluster)."""
+        from kubernetes import client
+        from kubernetes.config import new_client_from_config
+
+        return client.CoreV1Api(new_client_from_config(config_file=str(self.kubeconfig)))
+
+    # -------------------------------------------------------------------------- lifecycle
+    def up(self, poll: int = 2, nodes: str = DEFAULT_NODES, time_scale: float = 0.05, progress=print,
+           split_logs: bool = True) -> State:
+        """Build (or reuse) the root, lay the CE configuration, start the emulator and condor_master."""
+        require_root()
+        current = State.load(self.state_file)
+        if current is not None and _alive(current.master_pid):
+            raise RealCondorError(f"already up (condor_master pid {current.master_pid}); "
+                                  f"`ce-k8s testbed real-condor down --state {self.state_dir}` first")
+        if current is not None:
+            self.down(progress=progress)
+        build_root(self.root, progress=progress)
+        self._fresh_state_dir()
+        mounts: list[str] = []
+        state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time())
+        state.save(self.state_file)
+        try:
+            mounts += self._mount_all()
+            state.save(self.state_file)
+            self._accounts()
+            state.sim_pid, state.api_url = self._start_sim(nodes, time_scale, split_logs)
+            state.save(self.state_file)
+            self._prepare_cluster()
+            self._write_config(poll)
+            self._install_hooks()
+            self._blah_worst_case()
+            state.master_pid = self._start_master()
+            state.save(self.state_file)
+            self.wait_ready(progress=progress)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.down(progress=progress)
+            raise
+        progress(f"real HTCondor up: root {self.root}, state {self.state_dir}, API {state.api_url}")
+        return state
+
+    def _fresh_state_dir(self) -> None:
+        """A new state directory each `up`: old spools and logs would confuse the next run."""
+        if self.state_dir.exists():
+            _unmount_below(self.root)       # nothing of ours may still hold it
+            shutil.rmtree(self.state_dir)
+        for sub, mode in (("", 0o755), ("run", 0o755), ("output", 0o700), ("spool", 0o755),
+                          ("factory-spool", 0o755), ("submit", 0o755)):
+            d = self.state_dir / sub
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(mode)
+        condor = self._root_uid("condor")
+        for sub in ("spool", "factory-spool"):
+            os.chown(self.state_dir / sub, condor, condor)
+        self.blah_log.touch()
+        self.blah_log.chmod(0o666)  # BLAH's recorders run as the job owners
+        for name in os.listdir(self.root / "var/log/condor"):
+            (self.root / "var/log/condor" / name).unlink()
+
+    def _mount_all(self) -> list[str]:
+        from ce_k8s.agent.launchers import package_root
+
+        root = self.root
+        points = []
+        if str(root / "proc") not in _mounts():
+            _run(["mount", "-t", "proc", "proc", str(root / "proc")])
+        points.append(str(root / "proc"))
+        points.append(_bind("/dev", root))
+        points.append(_bind(self.state_dir, root))
+        # the hooks' package (stdlib-only modules): one path that every account can traverse
+        points.append(_bind(Path(package_root()) / "ce_k8s", root, f"{PKG_MOUNT}/ce_k8s"))
+        # the agent's interpreter and environment, at their own paths, read-only
+        prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), package_root()}
+        for prefix in sorted(prefixes, key=len):
+            if prefix in ("/", "/usr", "/usr/local") or prefix.startswith(("/usr/", "/etc", "/var/")):
+                raise RealCondorError(f"the agent's Python lives in {prefix}, which the root has too; "
+                                      "use a Python installed elsewhere (a venv of a pyenv or "
+                                      "/opt Python)")
+            if any(prefix.startswith(p.rstrip("/") + "/") for p in prefixes if p != prefix):
+                continue   # already inside another bound prefix
+            points.append(_bind(prefix, root, readonly=True))
+        return points
+
+    def _accounts(self) -> None:
+        for name, uid in ACCOUNTS.items():
+            if self.run(["id", "-u", name], check=False).returncode != 0:
+                self.run(["groupadd", "-g", str(uid), name])
+                self.run(["useradd", "-m", "-u", str(uid), "-g", str(uid), "-s", "/bin/sh", name])
+        hostname = os.uname().nodename
+        hosts = (self.root / "etc/hosts").read_text() if (self.root / "etc/hosts").exists() else ""
+        if f" {hostname}\n" not in hosts:
+            # HTCondor-C from the factory schedd to the CE schedd resolves the host's own name
+            (self.root / "etc/hosts").write_text(hosts + f"127.0.0.1 {hostname}\n")
+
+    def _start_sim(self, nodes: str, time_scale: float, split_logs: bool) -> tuple[int, str]:
+        out = self.state_dir / "sim.out"
+        cmd = [sys.executable, "-m", "ce_k8s.cli", "sim", "serve", "--kubeconfig-out", str(self.kubeconfig),
+               "--nodes", nodes, "--time-scale", str(time_scale), "--stats"]
+        if split_logs and _serve_accepts("--split-logs"):
+            cmd.append("--split-logs")
+        with open(out, "w") as stdout, open(self.state_dir / "sim.log", "w") as stderr:
+            proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = out.read_text()
+            if text.startswith("ready "):
+                break
+            if proc.poll() is not None:
+                raise RealCondorError(f"ce-k8s sim serve exited: {(self.state_dir / 'sim.log').read_text()[-800:]}")
+            time.sleep(0.1)
+        else:
+            raise RealCondorError("ce-k8s sim serve did not print 'ready' within 60 s")
+        self.kubeconfig.chmod(0o600)
+        return proc.pid, text.split()[1]
+
+    def _prepare_cluster(self) -> None:
+        from kubernetes.client.rest import ApiException
+
+        from ce_k8s.condor.config import CondorConfig
+        from ce_k8s.settings import Settings
+
+        core = self.core_api()
+        namespaces = {Settings.from_config(CondorConfig.load(None)).namespace}
+        for ns in sorted(namespaces):
+            try:
+                core.create_namespace({"metadata": {"name": ns}})
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def _write_config(self, poll: int) -> None:
+        """Our shipped files as `ce-k8s` installs them, then the test bed's layer (sorted last)."""
+        from ce_k8s.condor.config import default_config_paths
+
+        confdir = self.root / CONFIG_DIR.lstrip("/")
+        for old in confdir.iterdir():
+            if old.name not in DEBIAN_CONFIG:
+                old.unlink()
+        for src in default_config_paths():
+            for f in sorted(src.glob("*.conf")) if src.is_dir() else [src]:
+                # routes/ after config.d's 20-ce-k8s-routing.conf, which starts JOB_ROUTER_ROUTE_NAMES
+                name = f.name if f.parent.name == "config.d" else f"80-route-{f.name}"
+                shutil.copy(f, confdir / name)
+        prefix = os.path.realpath(sys.prefix)
+        (confdir / "99-ce-k8s-testbed.conf").write_text(testbed_config(self.state_dir, poll, prefix))
+
+    def _install_hooks(self) -> None:
+        from ce_k8s.agent.launchers import HOOK_MODULE_FILES, install_hooks
+
+        hook_dir = self.root / HOOK_DIR.lstrip("/")
+        install_hooks(str(hook_dir), str(self.socket), 30.0, python="/usr/bin/python3",
+                      spool=str(self.spool), package_dir=PKG_MOUNT)
+        # the agent's log: a non-DaemonCore daemon's stderr goes nowhere, so the wrapper keeps it
+        wrapper = hook_dir / "ce-k8s-agent-testbed"
+        wrapper.write_text(f"#!/bin/sh\nexec {os.path.realpath(sys.prefix)}/bin/ce-k8s \"$@\" "
+                           f"2>>{AGENT_LOG}\n")
+        wrapper.chmod(0o755)
+        # .pyc for the root's Python: the hooks run as pilot accounts and cannot write them
+        files = [f"{PKG_MOUNT}/{rel}" for rel in HOOK_MODULE_FILES]
+        self.run(["/usr/bin/python3", "-m", "py_compile", *files], check=False)
+
+    def _blah_worst_case(self) -> None:
+        conf = self.root / "etc/blah.config"
+        text = conf.read_text() if conf.exists() else ""
+        lines = [ln for ln in text.splitlines() if not ln.startswith("supported_lrms=")]
+        lines.append("supported_lrms=" + ",".join(("pbs", "lsf", "sge", "condor", *BLAH_LRMS)))
+        conf.write_text("\n".join(lines) + "\n")
+        blahp = self.root / "usr/libexec/blahp"
+        blahp.mkdir(parents=True, exist_ok=True)
+        for lrms in BLAH_LRMS:
+            for script in BLAH_SCRIPTS:
+                path = blahp / f"{lrms}_{script}.sh"
+                path.write_text(BLAH_RECORDER.format(log=self.blah_log))
+                path.chmod(0o755)
+
+    def _start_master(self) -> int:
+        # the master writes its pid file as the condor account
+        piddir = self.state_dir / "pid"
+        piddir.mkdir(exist_ok=True)
+        condor = self._root_uid("condor")
+        os.chown(piddir, condor, condor)
+        pidfile = piddir / "master.pid"
+        self.run(["/usr/sbin/condor_master", "-pidfile", str(pidfile)])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                pid_in_root = int(pidfile.read_text().split()[0])
+                return pid_in_root   # chroot shares the pid namespace: the same pid outside
+            time.sleep(0.1)
+        raise RealCondorError(f"condor_master wrote no pid file: {self.log_path('MasterLog')}")
+
+    def _root_uid(self, name: str) -> int:
+        """The uid of `name` in the root's /etc/passwd (the root's accounts are not the host's)."""
+        for line in (self.root / "etc/passwd").read_text().splitlines():
+            fields = line.split(":")
+            if fields[0] == name:
+                return int(fields[2])
+        raise RealCondorError(f"no account {name!r} in {self.root}/etc/passwd")
+
+    def wait_ready(self, timeout: float = 90, progress=print) -> None:
+        """Until the CE schedd, the factory schedd and the job router answer, and the agent pings."""
+        from ce_k8s import protocol
+
+        deadline = time.monotonic() + timeout
+        need = {"ce schedd", "factory schedd", "job router", "agent"}
+        while need and time.monotonic() < deadline:
+            if "ce schedd" in need and self.run(["condor_q", "-totals"], check=False).returncode == 0:
+                need.discard("ce schedd")
+            if "factory schedd" in need and self.run(["condor_q", "-totals", "-name", self.factory_name],
+                                                     check=False).returncode == 0:
+                need.discard("factory schedd")
+            if "job router" in need and "JobRouter: Checking for candidate jobs" in self._read_log("JobRouterLog"):
+                need.discard("job router")
+            if "agent" in need:
+                with contextlib.suppress(OSError, protocol.ProtocolError):
+                    reply = protocol.call(str(self.socket), protocol.VERB_PING, b"", time.monotonic() + 2)
+                    reply.read_all()
+                    reply.close()
+                    if reply.status == protocol.STATUS_OK:
+                        need.discard("agent")
+            if need:
+                time.sleep(0.5)
+        if need:
+            raise RealCondorError(f"not ready after {timeout:.0f} s: {', '.join(sorted(need))} "
+                                  f"(logs in {self.root}/var/log/condor)")
+
+    def _read_log(self, name: str) -> str:
+        try:
+            return self.log_path(name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def down(self, progress=print) -> dict[str, object]:
+        """Stop everything `up` started and undo its mounts; safe to call twice."""
+        require_root()
+        state = State.load(self.state_file)
+        report: dict[str, object] = {"condor_off": False, "killed": 0, "unmounted": 0}
+        if state is not None and _alive(state.master_pid):
+            off = self.run(["condor_off", "-master"], check=False, timeout=30)
+            report["condor_off"] = off.returncode == 0
+            deadline = time.monotonic() + 40
+            while _alive(state.master_pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(state.master_pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(state.master_pid, signal.SIGQUIT)
+        deadline = time.monotonic() + 10
+        while (left := _processes_in(self.root)) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 5 else signal.SIGKILL)
+            report["killed"] = int(report["killed"]) + len(left)  # type: ignore[call-overload]
+            time.sleep(0.3)
+        if state is not None and _alive(state.sim_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(state.sim_pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while _alive(state.sim_pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(state.sim_pid, signal.SIGKILL)
+        report["unmounted"] = len(_unmount_below(self.root))
+        if state is not None:
+            with contextlib.suppress(OSError):
+                self.state_file.unlink()
+        progress(f"real HTCondor down: {report}")
+        return report
+
+    def status(self) -> dict[str, object]:
+        state = State.load(self.state_file)
+        built = (self.root / MARKER).exists()
+        out: dict[str, object] = {"root": str(self.root), "built": built, "state": str(self.state_dir),
+                                  "up": False}
+        if built:
+            with contextlib.suppress(OSError, ValueError):
+                out["condor"] = json.loads((self.root / MARKER).read_text()).get("condor")
+        if state is None:
+            return out
+        out.update(up=_alive(state.master_pid), master_pid=state.master_pid, sim=_alive(state.sim_pid),
+                   api_url=state.api_url, mounts=[m for m in _mounts() if m.startswith(str(self.root) + "/")],
+                   processes_in_root=len(_processes_in(self.root)))
+        if out["up"]:
+            with contextlib.suppress(RealCondorError, ValueError, subprocess.TimeoutExpired):
+                jobs = self.query(attrs=("JobStatus",))
+                counts: dict[str, int] = {}
+                for job in jobs:
+                    key = str(job.get("JobStatus"))
+                    counts[key] = counts.get(key, 0) + 1
+                out["ce_jobs_by_status"] = counts
+        return out
+
+
+def _serve_accepts(flag: str) -> bool:
+    """Whether `ce-k8s sim serve` knows `flag` (the split-logs option is newer than the serve command)."""
+    import argparse
+
+    from ce_k8s.sim import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    return any(flag in action.option_strings for action in parser._actions)

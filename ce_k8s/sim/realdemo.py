@@ -1,0 +1,257 @@
+"""Pilots through the real HTCondor test bed (`ce-k8s demo --condor real [--factory]`).
+
+The pilots of `ce_k8s.sim.pilots` are submitted with the real `condor_submit`: to the CE schedd
+with `-spool` by their pilot accounts (as the CE's own Condor-C receiver leaves them), or, with
+`--factory`, by the factory account on the factory schedd as `universe = grid`,
+`grid_resource = condor <CE schedd> <CE collector>`, with a token file in the input sandbox, as
+GlideinWMS submits. The real job router routes them, our hooks and agent run them as pods on the
+emulated cluster, and this module plays the factory: it evicts the first pod of the pilots
+marked for it (through the API, as a drain would), collects completed pilots' output
+(`condor_transfer_data`, or the factory's own HTCondor-C stage-out) and removes held ones.
+
+The summary has the keys of the emulated demo (`ce_k8s.sim.router_testbed.TestBed.summary`) that
+mean the same here, plus `factory_*` when the factory submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from ce_k8s.sim.pilots import Pilot
+from ce_k8s.sim.realcondor import COLLECTOR_PORT, RealCondor
+
+log = logging.getLogger(__name__)
+
+# Submit-file lines for the attributes a pilot's shape sets (make_pilot), as a factory entry sets them.
+SHAPE_ATTRS = ("xcount", "maxMemory", "maxWallTime", "RequestGPUs", "WantWholeNode", "GlideinEntryName",
+               "GlideinFactory", "GlideinClient", "GlideinFrontendName")
+PILOT_SCRIPT = "#!/bin/sh\n# demo glidein: the kubelet simulator plays DemoScenario instead\nexit 0\n"
+DONE, HELD_ST, REMOVED = 4, 5, 3
+STATUS_ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "HoldReason", "HoldReasonCode", "DemoIndex",
+                "JobFinishedHookDone")
+SPOOLING_INPUT = 16   # condor_submit -spool holds the job until its sandbox is in (HoldReasonCode 16)
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class RealOutcome:
+    pilot: Pilot
+    index: int
+    job: str = ""            # the job the submitter knows (CE source job, or the factory's job)
+    status: str = "queued"   # queued | completed | held | lost
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    hold_reason: str = ""
+
+
+class RealDemo:
+    """Submit, evict, collect and count, over a running :class:`RealCondor`."""
+
+    def __init__(self, env: RealCondor, factory: bool = False) -> None:
+        self.env = env
+        self.factory = factory
+        self.outcomes: dict[str, RealOutcome] = {}
+        self.evicted: set[str] = set()
+        self.started = 0.0
+        self.workdir = env.state_dir / "submit" / ("factory" if factory else "ce") / str(int(time.time() * 1000))
+        self.workdir.mkdir(parents=True)
+        self.workdir.chmod(0o777)  # the pilot accounts write their output here
+
+    # ------------------------------------------------------------------ submission
+    def submit_description(self, pilots: list[tuple[int, Pilot]]) -> str:
+        """One submit description for pilots of one shape: shared lines, then per-pilot lines + queue."""
+        first = pilots[0][1]
+        lines = ["executable = pilot.sh", "arguments = -v std -name gfactory_instance",
+                 "transfer_input_files = idtoken", "should_transfer_files = YES", "when_to_transfer_output = ON_EXIT",
+                 f"request_cpus = {first.ad.get('RequestCpus', 1)}",
+                 f"request_memory = {first.ad.get('RequestMemory', 2048)}"]
+        if self.factory:
+            lines = ["universe = grid", f"grid_resource = condor {self.env.ce_name} 127.0.0.1:{COLLECTOR_PORT}",
+                     *lines]
+        else:
+            lines = ["universe = vanilla", *lines]
+        for name in SHAPE_ATTRS:
+            if name in first.ad:
+                lines.append(f"+{name} = {_literal(first.ad[name])}")
+        for index, pilot in pilots:
+            lines += [f"+DemoScenario = {_literal(pilot.scenario)}", f"+DemoIndex = {index}",
+                      f"output = p{index}.out", f"error = p{index}.err", "queue 1"]
+        return "\n".join(lines) + "\n"
+
+    def submit(self, pilots: list[Pilot]) -> None:
+        (self.workdir / "pilot.sh").write_text(PILOT_SCRIPT)
+        (self.workdir / "pilot.sh").chmod(0o755)
+        (self.workdir / "idtoken").write_text("eyJhbGciOiJub25lIn0.e30.\n")   # a token file, as the factory sends
+        (self.workdir / "idtoken").chmod(0o644)
+        groups: dict[tuple[str, str], list[tuple[int, Pilot]]] = {}
+        for index, pilot in enumerate(pilots):
+            owner = "gfactory" if self.factory else pilot.owner
+            groups.setdefault((owner, pilot.shape), []).append((index, pilot))
+        self.started = time.monotonic()
+        for (owner, shape), members in groups.items():
+            sub = self.workdir / f"{shape}.{owner}.sub"
+            sub.write_text(self.submit_description(members))
+            args = ["condor_submit", "-terse", sub.name]
+            if self.factory:
+                args[1:1] = ["-name", self.env.factory_name]
+            else:
+                args.insert(1, "-spool")
+            out = self.env.run(args, user=owner, cwd=str(self.workdir), timeout=300).stdout.strip()
+            first, _, last = out.partition(" - ")
+            cluster = int(first.split(".")[0])
+            procs = range(int(first.split(".")[1]), int(last.split(".")[1]) + 1)
+            for (index, pilot), proc in zip(members, procs, strict=True):
+                self.outcomes[f"{cluster}.{proc}"] = RealOutcome(pilot, index, f"{cluster}.{proc}")
+
+    # ------------------------------------------------------------------ driving
+    def _schedd_args(self) -> list[str]:
+        return ["-name", self.env.factory_name] if self.factory else []
+
+    def _jobs(self) -> dict[str, dict]:
+        args = ["condor_q", "-allusers", "-json", *self._schedd_args(), "-attributes", ",".join(STATUS_ATTRS)]
+        text = self.env.run(args, check=False, timeout=60).stdout.strip()
+        ads = json.loads(text) if text.startswith("[") else []
+        return {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in ads}
+
+    def _history(self) -> dict[str, dict]:
+        args = ["condor_history", "-json", *self._schedd_args(), "-attributes", ",".join(STATUS_ATTRS)]
+        text = self.env.run(args, check=False, timeout=60).stdout.strip()
+        ads = json.loads(text) if text.startswith("[") else []
+        return {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in ads}
+
+    def _evict(self) -> None:
+        """Evict the first pod of each pilot marked for it, once that pod runs (policy/v1 Eviction)."""
+        from kubernetes.client.rest import ApiException
+
+        todo = {o.index for o in self.outcomes.values() if o.pilot.evicted and o.status == "queued"} - \
+            {int(i) for i in self.evicted}
+        if not todo:
+            return
+        core = self.env.core_api()
+        pods = core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=ce-k8s").items
+        for pod in pods:
+            scenario = (pod.metadata.annotations or {}).get("sim.ce-k8s.io/scenario", "")
+            index = next((o.index for o in self.outcomes.values()
+                          if o.index in todo and o.pilot.scenario == scenario), None)
+            if index is None or pod.status.phase != "Running":
+                continue
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}}
+            try:
+                core.create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body,
+                                                    _request_timeout=5)
+            except ApiException as exc:
+                if exc.status != 404:
+                    continue
+            self.evicted.add(str(index))
+
+    def _collect(self, job: str, outcome: RealOutcome, ad: dict) -> None:
+        status = ad.get("JobStatus")
+        owner = "gfactory" if self.factory else outcome.pilot.owner
+        if status == DONE:
+            if ad.get("JobFinishedHookDone") is None:
+                # Completed, but the router has not finalized it yet (its finalize hook writes the
+                # output): HTCondor-C waits for this too (condorjob.cpp, m_remoteJobFinished).
+                return
+            if not self.factory:
+                self.env.run(["condor_transfer_data", job], user=owner, cwd=str(self.workdir), check=False)
+                self.env.run(["condor_rm", job], user=owner, check=False)
+            outcome.status = "completed"
+            outcome.exit_code = ad.get("ExitCode")
+            for stream in ("out", "err"):
+                path = self.workdir / f"p{outcome.index}.{stream}"
+                setattr(outcome, "stdout" if stream == "out" else "stderr",
+                        path.read_text(errors="replace") if path.exists() else "")
+        elif status == HELD_ST and ad.get("HoldReasonCode") != SPOOLING_INPUT:
+            outcome.status = "held"
+            outcome.hold_reason = str(ad.get("HoldReason", ""))
+            self.env.run(["condor_rm", *self._schedd_args(), job], user=owner, check=False)
+
+    def run(self, timeout: float = 600, progress=None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            queued = [j for j, o in self.outcomes.items() if o.status == "queued"]
+            if not queued:
+                return
+            jobs = self._jobs()
+            missing = [j for j in queued if j not in jobs]
+            history = self._history() if missing else {}
+            for job in queued:
+                ad = jobs.get(job) or history.get(job)
+                if ad is not None:
+                    self._collect(job, self.outcomes[job], ad)
+            self._evict()
+            if progress is not None:
+                counts = Counter(o.status for o in self.outcomes.values())
+                progress(f"[{time.monotonic() - self.started:6.1f}s] completed {counts['completed']}/"
+                         f"{len(self.outcomes)} held {counts['held']} pods {self.stats()['pods']['pods_created']}")
+            time.sleep(1.0)
+        for o in self.outcomes.values():
+            if o.status == "queued":
+                o.status = "lost"
+
+    def stats(self) -> dict:
+        state = json.loads((self.env.state_dir / "state.json").read_text())
+        with urllib.request.urlopen(f"{state['api_url']}/_sim/stats", timeout=30) as resp:  # noqa: S310 - ours
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def drain(self, timeout: float = 120) -> dict:
+        """Until no ce-k8s pod or Secret is left on the cluster (cleanup hooks, the agent's GC)."""
+        deadline = time.monotonic() + timeout
+        stats = self.stats()
+        while (stats["pods_left"] or stats["secrets_left"]) and time.monotonic() < deadline:
+            time.sleep(1.0)
+            stats = self.stats()
+        return stats
+
+    def summary(self, stats: dict) -> dict[str, object]:
+        counts = Counter(o.status for o in self.outcomes.values())
+        wall = time.monotonic() - self.started
+        pods = stats["pods"]
+        out: dict[str, object] = {
+            "condor": "real",
+            "pilots": len(self.outcomes),
+            "completed": counts["completed"],
+            "held": counts["held"],
+            "lost": counts["lost"] + counts["queued"],
+            "pods_created": pods["pods_created"],
+            "duplicate_pods": pods["recreated"] + pods["overlapping"],
+            "pods_left": stats["pods_left"],
+            "secrets_left": stats["secrets_left"],
+            "evicted": len(self.evicted),
+            "wall_s": round(wall, 1),
+            "pilots_per_s": round(counts["completed"] / wall, 3) if wall > 0 else 0.0,
+            "exit_codes_right": sum(1 for o in self.outcomes.values()
+                                    if o.status == "completed" and o.exit_code == o.pilot.exit_code),
+            "stdout_returned": sum(1 for o in self.outcomes.values()
+                                   if o.status == "completed" and f"glidein {o.index} ran" in o.stdout),
+            "stderr_returned": sum(1 for o in self.outcomes.values()
+                                   if o.status == "completed" and f"glidein {o.index} stderr" in o.stderr),
+            "blah_calls_k8s": _count_blah(self.env.blah_log, "k8s_"),
+        }
+        if self.factory:
+            out["factory_completed"] = counts["completed"]
+            out["factory_held"] = counts["held"]
+        return out
+
+
+def _count_blah(path: Path, prefix: str) -> int:
+    try:
+        return sum(1 for line in path.read_text().splitlines() if line.split()[1:2] and
+                   line.split()[1].startswith(prefix))
+    except OSError:
+        return 0
