@@ -23,8 +23,9 @@ Exit status is always 0: a non-zero exit re-runs the whole pilot (RerouteJob, an
 and a re-run never brings the lost log back; it costs a pilot slot and produces another pilot's
 log instead (docs/install.md, "Output return", says why exit 0 is the milder outcome). When the
 output cannot be had, the hook still creates an empty `Out` (so stage-out finds a file) and puts a
-one-line `ce-k8s:` note into `Err` saying why; every problem is also reported on stderr (the
-JobRouterLog).
+one-line `ce-k8s:` note into `Err` saying why, unless `Out` already holds output (a repeated
+finalize of a job whose output was delivered, see `_note_missing`); every problem is also reported
+on stderr (the JobRouterLog).
 """
 
 import posix
@@ -120,18 +121,26 @@ def _target(iwd: str | None, name: str | None, root: str) -> list[str] | None:
     return parts
 
 
+def _open_parent(root: str, parts: list[str]) -> int:
+    """A descriptor of the directory root/parts[:-1], reached without following any symlink
+    below root; the caller closes it."""
+    fd = posix.open(root, posix.O_RDONLY | posix.O_DIRECTORY)
+    for component in parts[:-1]:
+        try:
+            nfd = posix.open(component, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            posix.close(fd)
+            raise UnsafePath(f"directory {component!r}: {exc.strerror}") from exc
+        posix.close(fd)
+        fd = nfd
+    return fd
+
+
 def open_in_spool(root: str, parts: list[str], truncate: bool = True) -> int:
     """Open root/parts... for writing (create; truncate unless told not to) without following any
     symlink below root."""
-    fd = posix.open(root, posix.O_RDONLY | posix.O_DIRECTORY)
+    fd = _open_parent(root, parts)
     try:
-        for component in parts[:-1]:
-            try:
-                nfd = posix.open(component, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                raise UnsafePath(f"directory {component!r}: {exc.strerror}") from exc
-            posix.close(fd)
-            fd = nfd
         try:
             flags = (posix.O_WRONLY | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC
                      | (posix.O_TRUNC if truncate else 0))
@@ -185,6 +194,22 @@ def call_with_retries(path: str, payload: bytes, deadline: float, job: str) -> p
         delay = min(delay * 2, MAX_DELAY)
 
 
+def _has_output(root: str, parts: list[str]) -> bool:
+    """Whether root/parts... is a regular file with at least one byte (checked without following
+    a symlink below root, and without opening it: a FIFO planted there cannot block the hook)."""
+    try:
+        fd = _open_parent(root, parts)
+    except (UnsafePath, OSError):
+        return False
+    try:
+        st = posix.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    finally:
+        posix.close(fd)
+    return st.st_mode & 0o170000 == 0o100000 and st.st_size > 0   # S_ISREG, not empty
+
+
 def _note_missing(iwd: str | None, out_name: str | None, err_name: str | None, root: str | None,
                   why: str, job: str) -> None:
     """No output to return: create `Out` if it is missing (never truncate) and say why in `Err`.
@@ -192,11 +217,25 @@ def _note_missing(iwd: str | None, out_name: str | None, err_name: str | None, r
     Only below the CE spool (`root`, else `protocol.hook_spool()`), with the same no-symlink rule
     as a normal write; when the spool is unknown nothing is written (the JobRouterLog has the
     reason).
+
+    When `Out` already holds output, both files are left alone: the output was delivered. A real
+    HTCondor 23.9 router can run finalize a second time for a job it finalized before (it adopts
+    the finished routed job again as an orphan, JobRouter.cpp AdoptOrphans); by then the agent
+    has dropped its saved copy and answers `notfound`, and the note would overwrite the
+    delivered `Err`.
     """
     base = root or protocol.hook_spool()
     if not base:
         return
     base = realpath(base)
+    try:
+        out_parts = _target(iwd, out_name, base)
+    except UnsafePath:
+        out_parts = None          # reported by the loop below, as before
+    if out_parts is not None and _has_output(base, out_parts):
+        log(f"job {job}: {out_name!r} already holds the pilot's output (an earlier finalize delivered it); "
+            f"leaving Out and Err as they are ({why})")
+        return
     note = f"ce-k8s: the pilot's output could not be returned: {why}\n".encode()
     for name, data in ((out_name, b""), (err_name, note)):
         try:

@@ -174,3 +174,42 @@ def test_finalize_follows_the_grid_resource_knob(hook_dir, stub_agent, tmp_path)
     res = run_hook(hook_dir, "finalize", stdin_for(iwd, grid_resource="batch slurm"), env)
     assert res.returncode == 0 and stub_agent.requests[-1][0] == "logs"
     assert (iwd / "_condor_stdout").read_bytes() == b"o"
+
+
+def test_a_second_finalize_keeps_the_delivered_output(hook_dir, stub_agent, tmp_path):
+    """A real HTCondor 23.9 router can run finalize again for a job it already finalized (it adopts
+    the finished routed job again as an orphan, JobRouter.cpp AdoptOrphans). By then the agent has
+    dropped its saved copy and answers `notfound`; the delivered `Out` and `Err` stay byte for byte,
+    and the JobRouterLog gets one line saying why nothing was written."""
+    spool, iwd = setup_spool(tmp_path)
+    env = {"CE_K8S_SOCKET": stub_agent.path, "CE_K8S_SPOOL": str(spool)}
+    stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"pilot stdout\n" * 100, b"pilot stderr\n"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), env)
+    assert res.returncode == 0, res.stderr
+    out, err = (iwd / "_condor_stdout").read_bytes(), (iwd / "_condor_stderr").read_bytes()
+    assert out == b"pilot stdout\n" * 100 and err == b"pilot stderr\n"
+
+    stub_agent.reply = (protocol.STATUS_NOTFOUND, [b"no pod and no saved output"])
+    res = run_hook(hook_dir, "finalize", stdin_for(iwd), env)
+    assert (res.returncode, res.stdout) == (0, b"")
+    assert stub_agent.requests[-1][0] == "logs"
+    assert (iwd / "_condor_stdout").read_bytes() == out
+    assert (iwd / "_condor_stderr").read_bytes() == err
+    kept = [line for line in res.stderr.splitlines() if b"already holds" in line]
+    assert len(kept) == 1 and b"leaving Out and Err as they are" in kept[0], res.stderr
+
+
+def test_notfound_without_output_still_leaves_a_note(hook_dir, stub_agent, tmp_path):
+    """The rule above is about `Out` only: with no `Out` (or an empty one) a `notfound` finalize
+    still creates an empty `Out` and puts the note into `Err`, whatever `Err` held."""
+    spool, iwd = setup_spool(tmp_path)
+    env = {"CE_K8S_SOCKET": stub_agent.path, "CE_K8S_SPOOL": str(spool)}
+    stub_agent.reply = (protocol.STATUS_NOTFOUND, [b"no pod and no saved output"])
+    (iwd / "_condor_stderr").write_bytes(b"something from before\n")
+    for _ in range(2):                      # the second run finds the empty Out the first one made
+        res = run_hook(hook_dir, "finalize", stdin_for(iwd), env)
+        assert (res.returncode, res.stdout) == (0, b"")
+        assert (iwd / "_condor_stdout").read_bytes() == b""
+        assert (iwd / "_condor_stderr").read_bytes() == (
+            b"ce-k8s: the pilot's output could not be returned: neither the pod nor a saved copy of its log exists\n")
+        assert b"already holds" not in res.stderr
