@@ -11,7 +11,8 @@ prints `SKIP`. Exit status: 1 if any check failed, else 0 (2 for bad usage).
 
 The checks, in order: configuration parses (and the `CE_K8S_*` knobs are valid), `routes check`
 passes, the hook keyword and the four hook paths (§1.1 rules, plus "executable by the pilot
-accounts", because hooks run as the job's owner, §2.1), `<KW>_ATTRS_TO_COPY`, the agent socket
+accounts", because hooks run as the job's owner, §2.1, and launchers written by `--install-hooks`
+with the CE's socket and `CE_K8S_GRID_RESOURCE`), `<KW>_ATTRS_TO_COPY`, the agent socket
 answers a ping, the Kubernetes API answers, RBAC (a SelfSubjectAccessReview per permission the
 agent uses), and the spool directory.
 """
@@ -61,6 +62,7 @@ RBAC_FIX = ("apply containers/k8s/base/rbac.yaml, with the Role and RoleBinding 
             "namespace (docs/deploy-kubernetes.md)")
 
 _LAUNCHER_SOCKET = re.compile(r"^protocol\.DEFAULT_SOCKET = (['\"])(.*)\1$", re.MULTILINE)
+_LAUNCHER_GRID_RESOURCE = re.compile(r"^protocol\.DEFAULT_GRID_RESOURCE = (['\"])(.*)\1$", re.MULTILINE)
 
 # A minimal pilot routed through each route to learn the namespace its pods go to.
 _TRIAL_PILOT = """ClusterId = 1
@@ -216,15 +218,37 @@ def hook_problems(path: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def launcher_socket(path: str) -> str | None:
-    """The socket a launcher written by `ce-k8s agent --install-hooks` talks to, if it is one."""
+def _launcher_head(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(4096)
+            return fh.read(4096)
     except OSError:
-        return None
-    m = _LAUNCHER_SOCKET.search(head)
+        return ""
+
+
+def launcher_socket(path: str) -> str | None:
+    """The socket a launcher written by `ce-k8s agent --install-hooks` talks to, if it is one."""
+    m = _LAUNCHER_SOCKET.search(_launcher_head(path))
     return m.group(2) if m else None
+
+
+def launcher_grid_resource(path: str) -> str | None:
+    """The `CE_K8S_GRID_RESOURCE` a launcher written by `ce-k8s agent --install-hooks` falls back
+    to, if it is one. A launcher written before the knob existed bakes none in, so its hook uses
+    `protocol.DEFAULT_GRID_RESOURCE` as shipped."""
+    from ce_k8s import protocol
+
+    head = _launcher_head(path)
+    if not _LAUNCHER_SOCKET.search(head):
+        return None
+    m = _LAUNCHER_GRID_RESOURCE.search(head)
+    return m.group(2) if m else protocol.DEFAULT_GRID_RESOURCE
+
+
+def _same_words(a: str, b: str) -> bool:
+    """Whether two GridResource prefixes name the same jobs (the hooks compare words
+    case-insensitively, `ce_k8s.hooks._common.grid_resource_matches`)."""
+    return a.lower().split() == b.lower().split()
 
 
 def check_hooks(ctx: Context) -> None:
@@ -251,10 +275,19 @@ def check_hooks(ctx: Context) -> None:
             worst = next(f for f in found if f[0] == level)
             ctx.add(level, name, f"{knob} = {worst[1]}", worst[2])
             continue
+        stale = []
         baked = launcher_socket(path)
         if baked is not None and os.path.normpath(baked) != os.path.normpath(socket_path):
-            ctx.add(WARN, name, f"{path} talks to {baked}, but the agent listens on {socket_path}",
-                    f"ce-k8s agent --install-hooks {os.path.dirname(path)}")
+            stale.append(f"{path} talks to {baked}, but the agent listens on {socket_path}")
+        # The hooks decide which routed jobs are Kubernetes jobs with the launcher's value; the CE
+        # (`ce-k8s route`, routes check) with CE_K8S_GRID_RESOURCE. If they differ, the hooks
+        # pass Kubernetes pilots through (no pod) or claim another backend's jobs.
+        words = launcher_grid_resource(path)
+        if words is not None and not _same_words(words, ctx.settings.grid_resource):
+            stale.append(f"{path} takes routed jobs whose GridResource starts with {words!r}, but "
+                         f"CE_K8S_GRID_RESOURCE is {ctx.settings.grid_resource!r}")
+        if stale:
+            ctx.add(WARN, name, "; ".join(stale), f"ce-k8s agent --install-hooks {os.path.dirname(path)}")
             continue
         ctx.add(OK, name, f"{knob} = {path}")
 

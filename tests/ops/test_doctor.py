@@ -134,6 +134,42 @@ def test_launchers_talking_to_another_socket_warn(host):
     assert code == 0
 
 
+def test_launchers_with_another_grid_resource_warn(host):
+    """The hooks tell Kubernetes jobs from other backends' with the CE_K8S_GRID_RESOURCE their
+    launchers fall back to (docs/routes.md, "CEs with other backends"); when it names other words
+    than the CE's knob, they pass Kubernetes pilots through or claim other jobs, so doctor warns as
+    for another socket. The words are compared as the hooks compare them."""
+    from ce_k8s.agent.launchers import install_hooks
+
+    hook_names = ("translate", "update", "finalize", "cleanup")
+    install_hooks(str(host.hook_dir), str(host.socket), 5.0, grid_resource="batch kube")
+    code, found = doctor(host)
+    for h in hook_names:
+        level, line = found[f"hook-{h}"]
+        assert level == "WARN", line
+        assert "GridResource starts with 'batch kube', but CE_K8S_GRID_RESOURCE is 'batch k8s'" in line
+        assert f"fix: ce-k8s agent --install-hooks {host.hook_dir}" in line
+    assert code == 0
+
+    install_hooks(str(host.hook_dir), str(host.socket), 5.0, grid_resource="BATCH  K8s")
+    code, found = doctor(host)
+    assert all(found[f"hook-{h}"][0] == "OK" for h in hook_names), found
+
+    # The CE's knob changed and the launchers were not written again; a launcher from before the
+    # knob existed (no DEFAULT_GRID_RESOURCE line) falls back to the shipped "batch k8s".
+    host.write_local('CE_K8S_GRID_RESOURCE = "batch kube"\n')
+    install_hooks(str(host.hook_dir), str(host.socket), 5.0)
+    old = host.hook_dir / "ce-k8s-update"
+    old.write_text("".join(line for line in old.read_text().splitlines(keepends=True)
+                           if "DEFAULT_GRID_RESOURCE" not in line))
+    code, found = doctor(host)
+    for h in hook_names:
+        level, line = found[f"hook-{h}"]
+        assert level == "WARN", line
+        assert "GridResource starts with 'batch k8s', but CE_K8S_GRID_RESOURCE is 'batch kube'" in line
+    assert code == 0
+
+
 def test_attrs_to_copy_without_k8sattempt_fails(host):
     host.write_local("CE_K8S_ATTRS_TO_COPY = K8sPodName, K8sPodNamespace, K8sPodPhase, K8sPodReason, K8sNodeName\n")
     code, found = doctor(host)
