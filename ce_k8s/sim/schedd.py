@@ -11,11 +11,19 @@ whether a pilot is lost, duplicated or left behind (jobrouter-protocol.md §2.3,
   attributes (``SYSTEM_IMMUTABLE_JOB_ATTRS``; ``ClusterId``/``ProcId`` only to their current
   value) nor the secure ones (``SYSTEM_SECURE_JOB_ATTRS``); a transaction with such a write fails
   as a whole (§2.3 "Push rules");
-* ``condor_rm`` marks a job REMOVED; an externally managed job (``Managed == "External"``) then
-  stays in the queue until its manager yields it, others leave the queue at once (§3, schedd
-  ``abort_job_myself``);
-* a COMPLETED job leaves the queue unless ``LeaveJobInQueue`` is true or it is externally
-  managed; a yielded REMOVED job is destroyed (submit_job.cpp ``yield_job``).
+* ``condor_rm`` marks a job REMOVED; an externally managed job (``Managed == "External"``: a
+  source job the router has claimed) then stays in the queue until its manager yields it, others
+  leave the queue at once (§3, schedd ``abort_job_myself``); a yielded REMOVED job is destroyed
+  (submit_job.cpp ``yield_job``);
+* a COMPLETED job leaves the queue once ``LeaveJobInQueue`` is false, unless it is externally
+  managed;
+* a Kubernetes routed job is ``Managed == "ScheddDone"`` (docs/internals.md, "Routed jobs"), not
+  externally managed: the schedd is responsible for it. A removed one leaves the queue at once,
+  like any job the schedd manages. A completed one stays while ``LeaveJobInQueue``
+  (``JobStatus == 4``) holds and leaves once finalize has set it false (§2.4): HTCondor's
+  periodic-expression pass (src/condor_schedd.V6/schedd.cpp ``PeriodicExprEval``) calls
+  ``DestroyProc`` for COMPLETED and REMOVED jobs the schedd is responsible for. The emulation
+  applies that pass's verdict right after each change instead of on the schedd's timer.
 
 What is *not* emulated: users and authorization, the job_queue.log mirror lag, user logs,
 spooling and file transfer. The emulated mirror is always in sync; see ``docs/demo.md``.

@@ -49,7 +49,7 @@ def routed_ad(spool: Path, cluster: int = 4711, attempt: int = 0, gjid: str = GJ
         "Cmd": "glidein_startup.sh", "Iwd": str(iwd), "x509userproxy": str(iwd / "x509up"),
         "Out": "_condor_stdout", "Err": "_condor_stderr", "RequestCpus": 1, "RequestMemory": 2000,
         "RoutedFromJobId": f"{cluster}.0", "RouteName": "K8s", "RoutedBy": "htcondor-ce",
-        "Managed": "External", "ManagedManager": "ce-k8s", "K8sAttempt": attempt,
+        "Managed": "ScheddDone", "ManagedManager": "ce-k8s", "K8sAttempt": attempt,
         "K8sPodName": pod_name(gjid, attempt), "K8sSourceGlobalJobId": gjid, "K8sImage": "pilot:1",
         "K8sNamespace": "default", "GridResource": "batch k8s",
     }

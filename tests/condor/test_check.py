@@ -8,14 +8,18 @@ from ce_k8s.cli import main
 from ce_k8s.condor.check import check_config
 from ce_k8s.condor.config import CondorConfig
 
+# Kubernetes routes (GridResource = "batch k8s"): routes check builds a trial pod only for those
+# (docs/routes.md, "CEs with other backends"), and the pod builder's verdict is part of the check.
 GOOD = """CE_K8S_IMAGE = registry.example.org/pilot:1
 JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5
 JOB_ROUTER_ROUTE_Gpu @=jrt
     REQUIREMENTS (RequestGPUs ?: 0) > 0
     SET K8sNamespace "gpu"
+    GridResource = "batch k8s"
 @jrt
 JOB_ROUTER_ROUTE_Rest @=jrt
     SET K8sNamespace "pilots"
+    GridResource = "batch k8s"
 @jrt
 JOB_ROUTER_ROUTE_NAMES = Gpu Rest
 """
@@ -50,9 +54,9 @@ def test_macros_are_not_reported_as_syntax_errors():
 
 def test_listed_but_undefined_and_defined_but_unlisted_section_4_1():
     out = problems(GOOD.replace("NAMES = Gpu Rest", "NAMES = Gpu Ghost"))
-    assert ("r.conf:10: JOB_ROUTER_ROUTE_NAMES lists Ghost, but JOB_ROUTER_ROUTE_Ghost is not defined; "
+    assert ("r.conf:12: JOB_ROUTER_ROUTE_NAMES lists Ghost, but JOB_ROUTER_ROUTE_Ghost is not defined; "
             "it is skipped") in out
-    assert ("r.conf:7: route Rest is defined but not listed in JOB_ROUTER_ROUTE_NAMES, so it is disabled") in out
+    assert ("r.conf:8: route Rest is defined but not listed in JOB_ROUTER_ROUTE_NAMES, so it is disabled") in out
 
 
 def test_route_shadowed_by_an_earlier_catch_all_section_4_4():
@@ -61,7 +65,7 @@ def test_route_shadowed_by_an_earlier_catch_all_section_4_4():
     assert out == ["r.conf:3: route Gpu can never match: the earlier route Rest takes every job (no REQUIREMENTS)"]
     out = problems(GOOD.replace("(RequestGPUs ?: 0) > 0", "1 + 1 == 2").replace(
         "NAMES = Gpu Rest", "NAMES = Gpu Rest"))
-    assert out == ["r.conf:7: route Rest can never match: the earlier route Gpu takes every job "
+    assert out == ["r.conf:8: route Rest can never match: the earlier route Gpu takes every job "
                    "(REQUIREMENTS 1 + 1 == 2 is always true)"]
 
 
@@ -77,7 +81,7 @@ def test_target_in_route_requirements_warns_section_4_4():
 
 def test_route_name_characters_section_1_7():
     out = problems(GOOD.replace("Rest", "Rest.1"))
-    assert "r.conf:7: route name 'Rest.1' may contain only letters, digits and '_'" in out
+    assert "r.conf:8: route name 'Rest.1' may contain only letters, digits and '_'" in out
 
 
 def test_k8s_attribute_typos_and_runtime_attributes():
@@ -93,7 +97,7 @@ def test_pod_builder_rejections_are_reported():
 
 def test_missing_pre_route_transform_section_4_1():
     out = problems(GOOD + "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Base\n")
-    assert out == ["r.conf:11: JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES names Base, but JOB_ROUTER_TRANSFORM_Base is "
+    assert out == ["r.conf:13: JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES names Base, but JOB_ROUTER_TRANSFORM_Base is "
                    "not defined; routing is disabled"]
 
 

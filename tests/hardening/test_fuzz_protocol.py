@@ -296,11 +296,14 @@ def test_client_call_is_bounded_by_its_deadline(tmp_root, name):
 @pytest.mark.parametrize("name", sorted(HOSTILE_AGENTS))
 def test_update_hook_process_exits_quietly_whatever_the_agent_does(tmp_root, launchers, name):
     """The update hook as a real process: exit 1 ("no sync this cycle", §2.3), empty stdout, and
-    within its deadline, for every misbehaving agent."""
+    within its deadline, for every misbehaving agent. The routed ad is a Kubernetes job's
+    (`GridResource = "batch k8s"`): any other job is passed through without asking the agent
+    (docs/routes.md, "CEs with other backends"), and this test is about asking it."""
     path = str(tmp_root / "fake.sock")
+    routed = b'GridResource = "batch k8s"\nK8sPodName = "p"\nOwner = "x"\n'
     with fake_agent(path, HOSTILE_AGENTS[name]):
         t0 = time.monotonic()
-        res = run_measured([str(launchers / "ce-k8s-update")], [b"Owner = \"x\"\nK8sPodName = \"p\"\n"],
+        res = run_measured([str(launchers / "ce-k8s-update")], [routed],
                            env=hook_env(path, timeout=1.0), timeout=10)
         took = time.monotonic() - t0
     assert (res.returncode, res.stdout) == (1, b""), res.stderr

@@ -131,7 +131,8 @@ AD_TEXT = st.lists(st.one_of(ATTR_LINE, CONTINUATION), max_size=15).map("\n".joi
 def test_translate_output_always_parses_and_names_a_valid_pod(text):
     """§2.2: translate output replaces the routed ad and one bad line removes the job, and a
     missing JobUniverse aborts the router. So for any input: TranslateError, or output that the
-    router's parser accepts, with JobUniverse, Managed = "External" and a DNS-1123 K8sPodName."""
+    router's parser accepts, with JobUniverse, Managed = "ScheddDone" (docs/internals.md "Routed jobs")
+    and a DNS-1123 K8sPodName."""
     try:
         out = translate_ad_text('[ Name = "K8s"; TargetUniverse = 9 ]', text)
     except TranslateError as exc:
@@ -139,6 +140,6 @@ def test_translate_output_always_parses_and_names_a_valid_pod(text):
         return
     ad = wire.parse_hook_output(out)
     assert "JobUniverse" in ad
-    assert ad.eval("Managed") == "External"
+    assert ad.eval("Managed") == "ScheddDone"
     assert is_dns_label(ad.eval("K8sPodName"))
 

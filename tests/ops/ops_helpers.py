@@ -92,7 +92,7 @@ class CEHost:
             "Cmd": "glidein_startup.sh", "Iwd": str(iwd), "x509userproxy": str(iwd / "x509up"),
             "Out": "_condor_stdout", "Err": "_condor_stderr", "RequestCpus": 1, "RequestMemory": 1024,
             "RoutedFromJobId": f"{cluster}.0", "RouteName": route, "RoutedBy": "htcondor-ce",
-            "Managed": "External", "ManagedManager": "ce-k8s", "K8sAttempt": 0,
+            "Managed": "ScheddDone", "ManagedManager": "ce-k8s", "K8sAttempt": 0,
             "K8sPodName": pod_name(gjid(cluster), 0), "K8sSourceGlobalJobId": gjid(cluster), "K8sImage": image,
             "K8sNamespace": NAMESPACE, "GridResource": "batch k8s",
         }.items():
