@@ -813,7 +813,7 @@ class Agent:
         try:
             out = self._log(pod, "Stdout", limit)
         except ApiException as exc:
-            if exc.status != 400:       # 400: this server rejects `stream`; anything else is real
+            if not _rejects_stream(exc):     # anything but "this server refuses `stream`" is real
                 raise
             self._split_logs = False
             return self._log(pod, None, limit), b"", False
@@ -977,6 +977,16 @@ def _job_of(payload: bytes) -> str:
 
 
 MAX_SCAN = 1 << 20
+
+
+def _rejects_stream(exc: ApiException) -> bool:
+    """The API server refused the `stream` log option itself: 400 from a server that reads it as a
+    bad parameter, or 422 `stream: Forbidden` from Kubernetes >= 1.32 with PodLogsQuerySplitStreams
+    off (the default while the gate is alpha; validation of PodLogOptions, kubernetes#133005)."""
+    if exc.status == 400:
+        return True
+    body = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    return exc.status == 422 and "stream" in body
 
 
 def _short(exc: BaseException) -> str:

@@ -123,7 +123,7 @@ class ApiServer:
                  history_size: int = 10_000, rules: list[AccessRule | Mapping[str, object]] | None = None,
                  enforce_rbac: bool = False, seed: int = 0, bookmark_interval: float = 1.0,
                  kubelet_options: Mapping[str, Any] | None = None, namespace: str = "default",
-                 max_events: int = 5000, log_streams: str = "ignore") -> None:
+                 max_events: int = 5000, log_streams: str = "forbid") -> None:
         self.host = host
         self.port = port
         self.nodes_spec = nodes

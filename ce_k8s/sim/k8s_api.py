@@ -149,7 +149,7 @@ class ApiOptions:
     user: str = "system:serviceaccount:ce-k8s:ce-k8s-agent"
     enforce_rbac: bool = False       # also answer 403 to requests the rules do not allow
     rules: list[AccessRule] = field(default_factory=lambda: [AccessRule()])
-    log_streams: str = "ignore"      # pods/log `stream=`: one of LOG_STREAM_MODES (docs/testbed.md)
+    log_streams: str = "forbid"      # pods/log `stream=`: one of LOG_STREAM_MODES (docs/testbed.md)
 
     def __post_init__(self) -> None:
         if self.log_streams not in LOG_STREAM_MODES:

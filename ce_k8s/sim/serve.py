@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", type=float, default=0.0, help="plus a random 0..JITTER seconds")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault and naming RNGs")
     streams = parser.add_mutually_exclusive_group()
-    streams.add_argument("--log-streams", choices=("split", "forbid", "ignore"), default="ignore",
+    streams.add_argument("--log-streams", choices=("split", "forbid", "ignore"), default="forbid",
                          help="what pods/log does with stream=Stdout|Stderr: split (Kubernetes >= 1.32 with the "
                               "PodLogsQuerySplitStreams feature gate on), forbid (>= 1.32 with the gate off: 422), "
                               "ignore (<= 1.31: the combined log; the default)")

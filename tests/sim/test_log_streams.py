@@ -111,10 +111,6 @@ def test_pre_132_server_agent_gets_combined_log_as_stdout(srv, agent, pod_body):
 
 
 @pytest.mark.parametrize("mode", ["forbid"])
-@pytest.mark.xfail(raises=ApiException, strict=True,
-                   reason="agent.read_logs falls back on 400 only; a >= 1.32 server with the gate off answers 422 "
-                          "(stream: Forbidden). When the agent handles it, drop this mark and make 'forbid' the "
-                          "emulator's default (docs/testbed.md)")
 def test_gate_off_server_agent_gets_combined_log_as_stdout(srv, agent, pod_body):
     finished_pod(srv, pod_body)
     assert read_logs(agent, srv) == (ALL, b"", False)
@@ -219,8 +215,8 @@ def test_option_validation_precedes_the_pod_lookup(srv):
 
 # ---- the option: constructor, run-time switch, serve flags ----------------------------------------
 
-def test_default_is_ignore_and_bad_modes_are_refused():
-    assert ApiServer().log_streams == "ignore"
+def test_default_is_forbid_as_on_a_default_1_32_cluster_and_bad_modes_are_refused():
+    assert ApiServer().log_streams == "forbid"
     with pytest.raises(ValueError, match="log_streams must be one of split, forbid, ignore"):
         ApiServer(log_streams="on")
     srv = ApiServer()
@@ -234,10 +230,10 @@ def test_serve_flags():
     parser = argparse.ArgumentParser()
     serve.add_arguments(parser)
     base = ["--kubeconfig-out", "k"]
-    assert parser.parse_args(base).log_streams == "ignore"
+    assert parser.parse_args(base).log_streams == "forbid"
     assert parser.parse_args([*base, "--split-logs"]).log_streams == "split"
-    assert parser.parse_args([*base, "--log-streams", "forbid"]).log_streams == "forbid"
-    for bad in (["--log-streams", "on"], ["--split-logs", "--log-streams", "forbid"]):
+    assert parser.parse_args([*base, "--log-streams", "ignore"]).log_streams == "ignore"
+    for bad in (["--log-streams", "on"], ["--split-logs", "--log-streams", "ignore"]):
         with pytest.raises(SystemExit) as exc:
             parser.parse_args([*base, *bad])
         assert exc.value.code == 2
