@@ -205,6 +205,8 @@ JOB_ROUTER_SCHEDD1_SPOOL = $(SPOOL)
 # "ScheddDone", schedd.cpp PeriodicExprEval); the router must not forget a retired job sooner
 # (MAX_JOB_MIRROR_UPDATE_LAG, default 600 s), or it adopts the finished job again.
 PERIODIC_EXPR_INTERVAL = 5
+# so that `condor_restart -daemon job_router` finds the router (it advertises no ad)
+JOB_ROUTER_ADDRESS_FILE = $(LOG)/.job_router_address
 JOB_ROUTER_DEBUG = D_FULLDEBUG
 GRIDMANAGER_JOB_PROBE_INTERVAL = 5
 C_GAHP_CONTACT_SCHEDD_DELAY = 2
@@ -230,7 +232,7 @@ CE_K8S_INFO_EXECUTABLE = {python_prefix}/bin/ce-k8s
 CE_K8S_INFO_CONFIG = /etc/condor/condor_config
 {FACTORY_SCHEDD}.SCHEDD_CRON_CEK8SINFO_EXECUTABLE = /bin/true
 CE_K8S_AGENT = {HOOK_DIR}/ce-k8s-agent-testbed
-CE_K8S_AGENT_ARGS = agent --config /etc/condor/condor_config
+CE_K8S_AGENT_ARGS = agent --verbose --config /etc/condor/condor_config
 CE_K8S_AGENT_ENVIRONMENT = "CONDOR_CONFIG=/etc/condor/condor_config PYTHONUNBUFFERED=1"
 CE_K8S_HOOK_DIR = {HOOK_DIR}
 CE_K8S_SOCKET = {state}/run/agent.sock

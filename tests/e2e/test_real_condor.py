@@ -1,0 +1,273 @@
+"""The real HTCondor is the judge: ce-k8s under Debian 13's condor 23.9 (ce_k8s.sim.realcondor).
+
+One environment for the module (`ce-k8s testbed real-condor up`, torn down at the end): the real
+collector, CE schedd, condor_job_router, gridmanager and BLAH (in the worst case: BLAH accepts
+the `k8s` LRMS and records every call), a factory schedd submitting over HTCondor-C, and the
+ce-k8s agent under condor_master; only Kubernetes is emulated. Needs root, as CI runs; the root
+is built on first use from Debian's packages and cached (docs/real-condor.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ce_k8s.sim.pilots import make_pilot
+from ce_k8s.sim.realcondor import ROOT_CACHE, RealCondor, RealCondorError, _alive, _processes_in
+from ce_k8s.sim.realdemo import RealDemo
+
+pytestmark = pytest.mark.slow
+
+HOLD_CODES_OOM = 34          # HTCondor's HoldReasonCode for a job over its memory (docs/holds.md)
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _wait(predicate, timeout: float = 90.0, poll: float = 0.5, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("the real-HTCondor tests need root (CI runs as root); see docs/real-condor.md")
+    state = Path("/var/tmp") / f"ce-k8s-real-condor-tests-{os.getpid()}"
+    bed = RealCondor(state, ROOT_CACHE)
+    other = [p for p in _processes_in(ROOT_CACHE)]
+    if other:
+        pytest.fail(f"{len(other)} processes already run in {ROOT_CACHE} (an environment is up?): "
+                    "`ce-k8s testbed real-condor down` first")
+    try:
+        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
+    except RealCondorError as exc:
+        pytest.fail(f"the real HTCondor could not be brought up: {exc}")
+    yield bed
+    bed.down(progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
+    assert not _processes_in(ROOT_CACHE), "down left processes running in the root"
+    assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {ROOT_CACHE}/" in m]
+
+
+def _stats(env: RealCondor) -> dict:
+    state = json.loads((env.state_dir / "state.json").read_text())
+    with urllib.request.urlopen(f"{state['api_url']}/_sim/stats", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _pods(env: RealCondor) -> list:
+    return env.core_api().list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=ce-k8s").items
+
+
+def _no_pods_left(env: RealCondor) -> bool:
+    s = _stats(env)
+    return s["pods_left"] == 0 and s["secrets_left"] == 0
+
+
+def _demo(env: RealCondor, pilots, factory: bool = False, timeout: float = 240) -> RealDemo:
+    demo = RealDemo(env, factory=factory)
+    demo.submit(pilots)
+    demo.run(timeout=timeout)
+    return demo
+
+
+# --------------------------------------------------------------------------------------- the path
+def test_pilot_runs_as_a_pod_and_returns_exit_code_and_output(env):
+    """A pilot becomes a routed job and a pod; ExitCode, stdout and stderr reach the source job."""
+    before = _stats(env)["pods"]["pods_created"]
+    pilots = [make_pilot(0, "cpu8", run_s=20), make_pilot(1, "cpu1", run_s=20, exit_code=3)]
+    demo = _demo(env, pilots)
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert out.exit_code == out.pilot.exit_code
+        assert f"glidein {out.index} ran" in out.stdout
+        assert out.stderr.strip() == f"glidein {out.index} stderr"      # split streams (docs/real-condor.md)
+    assert _stats(env)["pods"]["pods_created"] - before == 2             # one pod per pilot
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+    routed = env.history("RoutedBy =?= \"htcondor-ce\"", ("Managed", "ManagedManager", "K8sPodName", "GridResource"))
+    assert routed and all(ad["Managed"] == "ScheddDone" and ad["K8sPodName"] for ad in routed)
+
+
+def test_factory_pilot_over_htcondor_c(env):
+    """A pilot submitted from the factory schedd (universe grid, grid_resource condor) completes
+    there with its exit code and its output staged back over HTCondor-C."""
+    pilots = [make_pilot(0, "cpu8", run_s=20, exit_code=5), make_pilot(1, "cms", run_s=20)]
+    demo = _demo(env, pilots, factory=True)
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert out.exit_code == out.pilot.exit_code
+        assert f"glidein {out.index} ran" in out.stdout
+        assert out.stderr.strip() == f"glidein {out.index} stderr"
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+
+
+def test_pod_failure_is_a_hold_that_condor_q_shows(env):
+    """An OOM-killed pilot is held on the routed and the source job with HTCondor's own code."""
+    pilot = make_pilot(0, "cpu1")
+    pilot = type(pilot)(pilot.shape, pilot.owner, "oom-after=1s", 0, False, pilot.ad)
+    demo = RealDemo(env)
+    demo.submit([pilot])
+    job = next(iter(demo.outcomes))
+    ad = _wait(lambda: next((a for a in env.query(f"ClusterId == {job.split('.')[0]}",
+                                                  ("JobStatus", "HoldReason", "HoldReasonCode", "HoldReasonSubCode"))
+                             if a["JobStatus"] == 5 and a.get("HoldReasonCode") != 16), None),
+               what="the source job held")
+    assert ad["HoldReasonCode"] == HOLD_CODES_OOM
+    assert "memory" in ad["HoldReason"].lower()
+    env.run(["condor_rm", job], user=pilot.owner)
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted after condor_rm")
+
+
+@pytest.mark.parametrize("factory", [False, True], ids=["condor_rm on the CE", "condor_rm on the factory"])
+def test_condor_rm_deletes_the_running_pod(env, factory):
+    pilot = make_pilot(0, "cpu1", run_s=4000)          # 200 s at the bed's time scale: still running
+    demo = RealDemo(env, factory=factory)
+    demo.submit([pilot])
+    job = next(iter(demo.outcomes))
+    _wait(lambda: any(p.status.phase == "Running" for p in _pods(env)), what="the pod running")
+    owner = "gfactory" if factory else pilot.owner
+    env.run(["condor_rm", *demo._schedd_args(), job], user=owner)
+    _wait(lambda: _no_pods_left(env), timeout=120, what="the pod deleted after condor_rm")
+
+
+# --------------------------------------------------------------------------------------- restarts
+@pytest.mark.parametrize("daemons", [["schedd"], ["job_router"], ["schedd", "job_router"]],
+                         ids=["schedd", "router", "both"])
+def test_restart_keeps_every_pilot_on_its_one_pod(env, daemons):
+    """With pilots running, restart the schedd, the router or both: no pilot is lost, killed or
+    run twice; each keeps the pod it had (docs/real-condor.md, "Restarts")."""
+    before = _stats(env)["pods"]
+    pilots = [make_pilot(i, "cpu1", run_s=700) for i in range(3)]   # ~35 s each
+    demo = RealDemo(env)
+    demo.submit(pilots)
+    _wait(lambda: sum(1 for p in _pods(env) if p.status.phase == "Running") == 3, what="3 pods running")
+    first = {p.metadata.name: p.metadata.uid for p in _pods(env)}
+    for daemon in daemons:
+        env.run(["condor_restart", "-daemon", daemon])
+    demo.run(timeout=240)
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert f"glidein {out.index} ran" in out.stdout
+    after = _stats(env)["pods"]
+    assert after["pods_created"] - before["pods_created"] == 3, "a pilot got a second pod"
+    assert after["recreated"] == before["recreated"] and after["overlapping"] == before["overlapping"]
+    assert len(first) == 3
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+
+
+# --------------------------------------------------------------------------------------- inertness
+def test_no_gridmanager_or_blah_ever_acts_on_a_kubernetes_job(env):
+    """Worst case (BLAH accepts `k8s` and records every call): Kubernetes-routed pilots never reach
+    a gridmanager or BLAH, while a batch route beside ours still goes to BLAH, untouched by us."""
+    batch = make_pilot(90, "cpu1")
+    batch.ad["TestBatchRoute"] = True
+    demo = RealDemo(env)
+    (demo.workdir / "batch.sub").write_text(
+        "universe = vanilla\nexecutable = pilot.sh\ntransfer_input_files = idtoken\n"
+        "+TestBatchRoute = true\noutput = batch.out\nerror = batch.err\nqueue 1\n")
+    demo.submit([make_pilot(i, "cpu1", run_s=20) for i in range(3)])
+    out = env.run(["condor_submit", "-terse", "-spool", "batch.sub"], user="slurmuser",
+                  cwd=str(demo.workdir)).stdout
+    batch_job = out.split()[0].rsplit(".", 1)[0]
+    demo.run(timeout=180)
+    assert all(o.status == "completed" for o in demo.outcomes.values())
+    calls = _wait(lambda: [ln for ln in env.blah_log.read_text().splitlines() if "slurm_submit" in ln],
+                  what="the batch job submitted to BLAH")
+    assert calls
+    text = env.blah_log.read_text()
+    assert "k8s_" not in text, text
+    k8s_owners = {p.owner for p in (o.pilot for o in demo.outcomes.values())}
+    for owner in k8s_owners:
+        assert not env.log_path(f"GridmanagerLog.{owner}").exists(), f"a gridmanager ran for {owner}"
+    routed = env.query(f"RoutedFromJobId == \"{batch_job}.0\"", ("GridResource", "K8sPodName", "Managed"))
+    routed += env.history(f"RoutedFromJobId == \"{batch_job}.0\"", ("GridResource", "K8sPodName", "Managed"))
+    assert routed and routed[0]["GridResource"] == "batch slurm"
+    assert "K8sPodName" not in routed[0]
+    env.run(["condor_rm", batch_job], user="slurmuser", check=False)
+
+
+# --------------------------------------------------------------------------------------- the agent
+def test_condor_master_restarts_the_agent_when_killed(env):
+    from ce_k8s import protocol
+
+    def agent_pids() -> list[int]:
+        pids = []
+        for pid in _processes_in(env.root):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(c.endswith(b"/ce-k8s") for c in cmd[:2]) and b"agent" in cmd:
+                pids.append(pid)
+        return pids
+
+    first = _wait(agent_pids, what="the agent under condor_master")
+    os.kill(first[0], signal.SIGKILL)
+    _wait(lambda: not _alive(first[0]), what="the agent gone")
+    second = _wait(lambda: [p for p in agent_pids() if p not in first], timeout=60, what="a new agent")
+    assert second
+
+    def pings() -> bool:
+        try:
+            reply = protocol.call(str(env.socket), protocol.VERB_PING, b"", time.monotonic() + 2)
+            reply.read_all()
+            reply.close()
+        except (OSError, protocol.ProtocolError):
+            return False
+        return reply.status == protocol.STATUS_OK
+
+    _wait(pings, what="the restarted agent answering")
+    assert "Started process" in env.log_path("MasterLog").read_text()
+
+
+# --------------------------------------------------------------------------------------- dry run
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.ad")))
+def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
+    """`ce-k8s route` on the root's configuration routes every example pilot as the real
+    condor_job_router_info -route-jobs does: the same route and the same routed ad, except the
+    attributes our translate hook sets (which the tool does not run)."""
+    import classad2
+
+    from ce_k8s.condor.routing import submit_edits
+    from ce_k8s.condor.wire import to_json_dict
+
+    work = env.state_dir / "submit" / "route-info"
+    work.mkdir(exist_ok=True)
+    ad_file = work / example
+    ad_file.write_text("".join(ln for ln in (EXAMPLES / example).read_text().splitlines(keepends=True)
+                               if not ln.startswith("#")))
+    real_file = work / (example + ".routed")
+    real_file.unlink(missing_ok=True)
+    env.run(["condor_job_router_info", "-jobads", str(ad_file), "-route-jobs", str(real_file)])
+    ours = json.loads(env.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "route", "--config",
+                               "/etc/condor/condor_config", "--jobads", str(ad_file), "--json"],
+                              check=False).stdout)[0]
+    real_text = real_file.read_text() if real_file.exists() else ""
+    if not real_text.strip():
+        assert ours["route"] is None, f"the real router routes nothing, ce-k8s route says {ours['route']}"
+        return
+    real_ad = classad2.parseOne(real_text, classad2.ParserType.Old)
+    # what submit_job() then does on the way into the schedd (submit_job.cpp: secure attributes
+    # dropped, LeaveJobInQueue = JobStatus == 4), after the tool printed the ad; `ce-k8s route`
+    # shows the ad as submitted
+    submit_edits(real_ad)
+    assert ours["route"] == real_ad.eval("RouteName") if "RouteName" in real_ad else ours["route"]
+    real = {k.lower(): v for k, v in to_json_dict(real_ad).items()}     # the form `route --json` prints
+    mine = {k.lower(): v for k, v in ours["routed_ad"].items()}
+    translate_sets = {"managed", "managedmanager", "k8sattempt", "k8spodname", "k8ssourceglobaljobid"}
+    assert sorted(set(real) - set(mine) - translate_sets) == []
+    assert sorted(set(mine) - set(real) - translate_sets) == []
+    differ = {k: (real[k], mine[k]) for k in set(real) & set(mine) - translate_sets if real[k] != mine[k]}
+    assert differ == {}
+    assert mine["managed"] == "ScheddDone"
+
