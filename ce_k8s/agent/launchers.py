@@ -84,6 +84,34 @@ def compile_hook_modules(root: str | None = None) -> bool:
     return True
 
 
+def stage_hook_package(dest: str) -> str:
+    """Copy the modules a hook imports (`HOOK_MODULE_FILES`, stdlib only) under `dest`, readable by
+    every account, and return `dest` for `install_hooks(package_dir=...)`.
+
+    Why: the router runs the hooks as the pilot accounts. When ce-k8s is installed where they cannot
+    read (a venv in root's 0700 home, a private checkout), launchers that point into it fail with
+    `No module named 'ce_k8s'`; launchers pointing at this copy work. The copy must be refreshed
+    with every upgrade, like the launchers themselves.
+    """
+    import shutil
+
+    root = package_root()
+    for rel in HOOK_MODULE_FILES:
+        target = os.path.join(dest, rel)
+        for d in (dest, *(os.path.join(dest, p) for p in _parents(rel))):
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            os.chmod(d, 0o755)  # noqa: S103 - the pilot accounts read the hooks from here
+        shutil.copyfile(os.path.join(root, rel), target)
+        os.chmod(target, 0o644)
+    return dest
+
+
+def _parents(rel: str) -> list[str]:
+    """`a/b/c.py` -> [`a`, `a/b`]."""
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def install_hooks(directory: str, socket_path: str, hook_timeout: float, python: str | None = None,
                   spool: str | None = None, package_dir: str | None = None,
                   grid_resource: str | None = None) -> list[str]:

@@ -49,6 +49,26 @@ def test_install_hooks_writes_fast_launchers(tmp_root, capsys):
     assert os.stat(target / "ce-k8s-update").st_mode & 0o777 == 0o755
 
 
+def test_staged_hook_package_serves_the_launchers(tmp_root):
+    """stage_hook_package: a copy of exactly the hook modules, readable by every account, that the
+    launchers can run from (what a private installation gives the pilot accounts)."""
+    from ce_k8s.agent.launchers import HOOK_MODULE_FILES, install_hooks, stage_hook_package
+
+    lib = Path(stage_hook_package(str(tmp_root / "lib")))
+    files = sorted(str(p.relative_to(lib)) for p in lib.rglob("*") if p.is_file())
+    assert files == sorted(HOOK_MODULE_FILES)
+    assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in lib.rglob("*"))
+    hooks = tmp_root / "hooks"
+    install_hooks(str(hooks), socket_path="/nonexistent.sock", hook_timeout=1.0, package_dir=str(lib))
+    assert f"sys.path.insert(0, {str(lib)!r})" in (hooks / "ce-k8s-translate").read_text()
+    route = b'[ Name = "Slurm"; TargetUniverse = 9; GridResource = "batch slurm" ]'
+    ad = b'ClusterId = 1\nProcId = 0\nOwner = "u"\n'
+    res = subprocess.run([str(hooks / "ce-k8s-translate")], input=route + b"\n------\n" + ad,
+                         capture_output=True, timeout=30, env={})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ad                   # a job of another backend, passed through by the copy
+
+
 def test_install_hooks_refuses_world_writable_dir(tmp_root):
     """jobrouter-protocol.md §1.1: the router silently ignores hooks in a world-writable directory."""
     from ce_k8s.agent.launchers import install_hooks

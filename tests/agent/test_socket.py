@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.agent.launchers import install_hooks
+from ce_k8s.agent.launchers import install_hooks, stage_hook_package
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
 
@@ -37,7 +37,8 @@ def pilot():
 @pytest.fixture(scope="module")
 def launchers():
     d = open_tmpdir()
-    install_hooks(str(d), socket_path="/nonexistent.sock", hook_timeout=5.0, python="/usr/bin/python3")
+    install_hooks(str(d), socket_path="/nonexistent.sock", hook_timeout=5.0, python="/usr/bin/python3",
+                  package_dir=stage_hook_package(str(d / "lib")))
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

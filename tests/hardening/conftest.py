@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ce_k8s.agent.launchers import install_hooks
+from ce_k8s.agent.launchers import install_hooks, stage_hook_package
 
 # One profile for every fuzz test here: enough examples to find the classic failures, few enough
 # that the whole hardening suite stays well under a minute (team rule).
@@ -76,7 +76,8 @@ def launchers():
     """The real hook launchers (ce-k8s agent --install-hooks), on the system Python so that other
     accounts can run them (the venv's interpreter is under /root)."""
     d = open_tmpdir("ce-k8s-hard-hooks-")
-    install_hooks(str(d), socket_path="/nonexistent/agent.sock", hook_timeout=5.0, python=SYSTEM_PYTHON)
+    install_hooks(str(d), socket_path="/nonexistent/agent.sock", hook_timeout=5.0, python=SYSTEM_PYTHON,
+                  package_dir=stage_hook_package(str(d / "lib")))
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

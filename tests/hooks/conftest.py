@@ -19,7 +19,7 @@ import classad2
 import pytest
 
 from ce_k8s import protocol
-from ce_k8s.agent.launchers import install_hooks
+from ce_k8s.agent.launchers import install_hooks, stage_hook_package
 from ce_k8s.agent.server import peer_uid
 
 GJID = "ce.example.org#4711.0#1760000000"
@@ -65,7 +65,9 @@ def user_hook_dir() -> Path:
     """Launchers on the system Python: the venv's interpreter lives under /root (0700), which the
     throw-away pilot accounts cannot enter. The hooks are stdlib-only, so this also proves it."""
     d = open_tmpdir()
-    install_hooks(str(d), socket_path=str(d / "no-agent.sock"), hook_timeout=5.0, python=SYSTEM_PYTHON)
+    # another account runs these: a copy of the hook modules it can read, wherever the checkout is
+    install_hooks(str(d), socket_path=str(d / "no-agent.sock"), hook_timeout=5.0, python=SYSTEM_PYTHON,
+                  package_dir=stage_hook_package(str(d / "lib")))
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
