@@ -102,7 +102,7 @@ class World:
         """Speak the raw protocol as `account` (what an attacker with a shell does)."""
         code = (
             "import sys, time\n"
-            f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+            f"sys.path.insert(0, {str(self.launchers / 'lib')!r})\n"      # the staged hook modules
             "from ce_k8s import protocol\n"
             "payload = sys.stdin.buffer.read()\n"
             f"r = protocol.call({self.socket!r}, {verb!r}, payload, time.monotonic() + 10)\n"
