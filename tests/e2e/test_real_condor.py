@@ -96,6 +96,8 @@ def test_pilot_runs_as_a_pod_and_returns_exit_code_and_output(env):
     _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
     routed = env.history("RoutedBy =?= \"htcondor-ce\"", ("Managed", "ManagedManager", "K8sPodName", "GridResource"))
     assert routed and all(ad["Managed"] == "ScheddDone" and ad["K8sPodName"] for ad in routed)
+    # the finished routed jobs leave the queue (the schedd's periodic pass, docs/real-condor.md R5)
+    _wait(lambda: not env.query("RoutedBy =?= \"htcondor-ce\""), what="routed jobs gone from the queue")
 
 
 def test_factory_pilot_over_htcondor_c(env):
@@ -109,6 +111,9 @@ def test_factory_pilot_over_htcondor_c(env):
         assert f"glidein {out.index} ran" in out.stdout
         assert out.stderr.strip() == f"glidein {out.index} stderr"
     _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+    # nothing left behind: the factory's jobs leave both queues once staged out
+    _wait(lambda: not env.query("Owner == \"gfactory\""), what="the factory's jobs gone from the CE queue")
+    _wait(lambda: not env.query("true", schedd=env.factory_name), what="the factory's queue empty")
 
 
 def test_pod_failure_is_a_hold_that_condor_q_shows(env):
