@@ -46,6 +46,17 @@ def load_settings(config: str | None):
     return Settings.from_config(cfg), AgentOptions.from_config(cfg)
 
 
+def hook_install_arguments(settings) -> dict[str, object]:
+    """The CE settings `launchers.install_hooks` bakes into the launchers, as its keyword arguments.
+
+    Shared by `--install-hooks` and `ce-k8s install`, so both write the same launchers for the
+    same configuration: the socket and deadline (how hooks reach the agent), the spool
+    (finalize's fallback) and `CE_K8S_GRID_RESOURCE` (which routed jobs are ours).
+    """
+    return {"socket_path": settings.socket, "hook_timeout": settings.hook_timeout,
+            "spool": settings.spool, "grid_resource": settings.grid_resource}
+
+
 def connection_pool_size(settings) -> int:
     """Connections to keep open to the API server: one for every agent thread that may call it.
 
@@ -90,9 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.install_hooks:
         from ce_k8s.agent.launchers import install_hooks
 
-        for path in install_hooks(args.install_hooks, socket_path=settings.socket,
-                                  hook_timeout=settings.hook_timeout, spool=settings.spool,
-                                  grid_resource=settings.grid_resource):
+        for path in install_hooks(args.install_hooks, **hook_install_arguments(settings)):
             print(path)
         return 0
 

@@ -10,11 +10,11 @@ when a pilot is rerouted; missing RBAC only shows as held pilots. Each check her
 prints `SKIP`. Exit status: 1 if any check failed, else 0 (2 for bad usage).
 
 The checks, in order: configuration parses (and the `CE_K8S_*` knobs are valid), `routes check`
-passes, the hook keyword and the four hook paths (§1.1 rules, plus "executable by the pilot
-accounts", because hooks run as the job's owner, §2.1, and launchers written by `--install-hooks`
-with the CE's socket and `CE_K8S_GRID_RESOURCE`), `<KW>_ATTRS_TO_COPY`, the agent socket
-answers a ping, the Kubernetes API answers, RBAC (a SelfSubjectAccessReview per permission the
-agent uses), and the spool directory.
+passes, the route files are read after the ce-k8s knob files, the hook keyword and the four hook
+paths (§1.1 rules, plus "executable by the pilot accounts", because hooks run as the job's owner,
+§2.1, and launchers written by `--install-hooks` with the CE's socket and `CE_K8S_GRID_RESOURCE`),
+`<KW>_ATTRS_TO_COPY`, the agent socket answers a ping, the Kubernetes API answers, RBAC (a
+SelfSubjectAccessReview per permission the agent uses), and the spool directory.
 """
 
 from __future__ import annotations
@@ -168,6 +168,22 @@ def check_routes(ctx: Context) -> None:
     else:
         names = " ".join(r.name for r in ctx.router.routes)
         ctx.add(OK, "routes", f"{len(ctx.router.routes)} route(s): {names}")
+
+
+def check_route_order(ctx: Context) -> None:
+    """Route files must be read after every ce-k8s knob file: `20-ce-k8s-routing.conf` empties
+    JOB_ROUTER_ROUTE_NAMES, so a route appended before it is disabled and the router says nothing
+    (the layout `ce-k8s install` uses, docs/install.md)."""
+    from ce_k8s.ops.install import ROUTE_PREFIX, is_route_file, route_order_problems, shipped_knob_files
+
+    problems = route_order_problems(ctx.cfg.sources)
+    if problems:
+        ctx.add(WARN, "route-order", "; ".join(problems) + ": routes appended there are disabled",
+                f"remove the file (ce-k8s install puts routes in {ROUTE_PREFIX}*.conf, after the knob files)")
+        return
+    knobs = {p.name for p in shipped_knob_files()}
+    n_routes = sum(is_route_file(s) for s in ctx.cfg.sources if os.path.basename(s) not in knobs)
+    ctx.add(OK, "route-order", f"{n_routes} route file(s) read after the ce-k8s knob files")
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,6 +487,7 @@ def check_spool(ctx: Context) -> None:
 CHECKS: list[tuple[str, Callable[[Context], None], Callable[[Context], bool]]] = [
     ("config", check_config, lambda c: True),
     ("routes", check_routes, lambda c: c.cfg is not None),
+    ("route-order", check_route_order, lambda c: c.cfg is not None),
     ("hook-keyword", check_keyword, lambda c: c.router is not None),
     ("hooks", check_hooks, lambda c: bool(c.keyword)),
     ("attrs-to-copy", check_attrs_to_copy, lambda c: bool(c.keyword)),

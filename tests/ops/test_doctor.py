@@ -11,7 +11,7 @@ import json
 import os
 
 import pytest
-from ops_helpers import NAMESPACE, ce_host, run_cli
+from ops_helpers import NAMESPACE, REPO, ce_host, run_cli
 
 
 def doctor(host, *extra: str) -> tuple[int, dict[str, tuple[str, str]]]:
@@ -34,9 +34,9 @@ def levels(found) -> dict[str, str]:
 def test_healthy_host_passes_every_check(host):
     code, found = doctor(host)
     assert levels(found) == {
-        "config": "OK", "routes": "OK", "hook-keyword": "OK", "hook-translate": "OK", "hook-update": "OK",
-        "hook-finalize": "OK", "hook-cleanup": "OK", "attrs-to-copy": "OK", "agent": "OK", "api": "OK",
-        "rbac": "OK", "spool": "OK"}, found
+        "config": "OK", "routes": "OK", "route-order": "OK", "hook-keyword": "OK", "hook-translate": "OK",
+        "hook-update": "OK", "hook-finalize": "OK", "hook-cleanup": "OK", "attrs-to-copy": "OK", "agent": "OK",
+        "api": "OK", "rbac": "OK", "spool": "OK"}, found
     assert code == 0
     assert "all 12 permissions" in found["rbac"][1]
 
@@ -45,7 +45,7 @@ def test_json_output_has_one_object_per_check(host):
     code, out = run_cli("doctor", "--config", str(host.config_dir), "--json")
     assert code == 0
     results = json.loads(out)
-    assert {r["level"] for r in results} == {"OK"} and len(results) == 12
+    assert {r["level"] for r in results} == {"OK"} and len(results) == 13
 
 
 def test_bad_knob_fails_config_with_file_and_line_and_skips_the_rest(bare_host):
@@ -55,7 +55,7 @@ def test_bad_knob_fails_config_with_file_and_line_and_skips_the_rest(bare_host):
     level, line = found["config"]
     assert level == "FAIL" and "98-test-override.conf:2" in line and "CE_K8S_MAX_ATTEMPTS" in line
     assert {n for n, (lv, _) in found.items() if lv == "SKIP"} == {
-        "routes", "hook-keyword", "hooks", "attrs-to-copy", "agent", "api", "rbac", "spool"}
+        "routes", "route-order", "hook-keyword", "hooks", "attrs-to-copy", "agent", "api", "rbac", "spool"}
 
 
 def test_route_problem_fails_routes(host):
@@ -66,6 +66,18 @@ def test_route_problem_fails_routes(host):
     level, line = found["routes"]
     assert level == "FAIL" and "TARGET." in line and "fix: run 'ce-k8s routes check --config" in line
     assert levels(found)["hook-update"] == "OK"   # the other checks still ran
+
+
+def test_route_file_read_before_a_knob_file_warns_naming_it(host):
+    """20-ce-k8s-routing.conf empties JOB_ROUTER_ROUTE_NAMES: a route file read before it (here the
+    CMS route copied by hand under its own name) is disabled and the router says nothing."""
+    assert "4 route file(s) read after the ce-k8s knob files" in doctor(host)[1]["route-order"][1]
+    (host.config_dir / "10-cms-token.conf").write_text((REPO / "routes/10-cms-token.conf").read_text())
+    code, found = doctor(host)
+    level, line = found["route-order"]
+    assert level == "WARN" and code == 0
+    assert f"{host.config_dir}/10-cms-token.conf is read before" in line
+    assert "70-ce-k8s-route-" in line.split("-- fix:")[1]
 
 
 def test_no_hook_keyword_fails(host):
