@@ -178,8 +178,10 @@ def check_route_order(ctx: Context) -> None:
 
     problems = route_order_problems(ctx.cfg.sources)
     if problems:
-        ctx.add(WARN, "route-order", "; ".join(problems) + ": routes appended there are disabled",
-                f"remove the file (ce-k8s install puts routes in {ROUTE_PREFIX}*.conf, after the knob files)")
+        ctx.add(WARN, "route-order", "; ".join(problems) + ": a route appended to JOB_ROUTER_ROUTE_NAMES "
+                "before 20-ce-k8s-routing.conf is disabled",
+                f"remove or rename the file (ce-k8s install puts routes in {ROUTE_PREFIX}*.conf, after the "
+                "knob files)")
         return
     knobs = {p.name for p in shipped_knob_files()}
     n_routes = sum(is_route_file(s) for s in ctx.cfg.sources if os.path.basename(s) not in knobs)

@@ -319,8 +319,9 @@ def install(config_dir: Path, hooks_dir: Path, dry_run: bool = False) -> tuple[l
     if hooks_dir.exists() and os.stat(hooks_dir).st_mode & 0o002:
         raise InstallError(f"{hooks_dir}: world-writable; the job router would ignore the hooks in it")
     steps += plan(launchers)
-    warnings = [f"{p}: its route is disabled (remove it; `ce-k8s install` installed the route as "
-                f"{ROUTE_PREFIX}*)" for p in route_order_problems(cfg.sources)]
+    warnings = [f"{p}: route files must be read after every ce-k8s knob file (20-ce-k8s-routing.conf "
+                f"empties JOB_ROUTER_ROUTE_NAMES); remove it if it is a copy of a shipped route, which "
+                f"`ce-k8s install` installs as {ROUTE_PREFIX}*" for p in route_order_problems(cfg.sources)]
     hook_dir_knob = cfg.get("CE_K8S_HOOK_DIR")
     if hook_dir_knob and os.path.abspath(hook_dir_knob) != os.path.abspath(hooks_dir):
         warnings.append(f"CE_K8S_HOOK_DIR is {hook_dir_knob}, so the router will not run the launchers in "
