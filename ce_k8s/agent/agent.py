@@ -63,6 +63,7 @@ from ce_k8s.agent.status import (
     completes,
     decide,
 )
+from ce_k8s.hooks._common import ad_grid_resource, grid_resource_matches
 from ce_k8s.pods.names import label_value, pod_name, secret_name
 
 log = logging.getLogger(__name__)
@@ -289,6 +290,16 @@ class Agent:
         routed = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
         return bool(rec.cleaned_job) and routed != rec.cleaned_job and self._never_created(rec, name)
 
+    def _other_backend(self, text: str, attrs: dict[str, str]) -> bool:
+        """A routed job (it has `RouteName`) of another backend: its GridResource does not start with
+        CE_K8S_GRID_RESOURCE (docs/routes.md "CEs with other backends", the hooks' own rule and
+        parser). The hooks never send one; an old launcher or a forged call might, and the agent then
+        answers with no record, no pod and no API call. An ad with no `RouteName` keeps the usual rules."""
+        if "routename" not in attrs:
+            return False
+        found = ad_grid_resource(text.encode("utf-8", "surrogateescape"))
+        return not grid_resource_matches(found, self.settings.grid_resource)
+
     # -- update: the hot path -------------------------------------------------------------------
 
     def handle_update(self, text: str, uid: int) -> tuple[str, list[bytes]]:
@@ -297,6 +308,8 @@ class Agent:
         if isinstance(got[0], str):
             return got
         attrs, name, owner = got
+        if self._other_backend(text, attrs):
+            return protocol.STATUS_OK, [b""]          # another backend's job: nothing to say, no record
         self.metrics["updates"] += 1
         if not name:
             return protocol.STATUS_OK, [b""]          # not routed through our translate hook
@@ -537,6 +550,8 @@ class Agent:
         if isinstance(got[0], str):
             return got
         attrs, name, owner = got
+        if self._other_backend(text, attrs):
+            return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
         if not name:
             return protocol.STATUS_NOTFOUND, [b"no K8sPodName"]
         if not self.cache.ready.is_set():
@@ -760,6 +775,8 @@ class Agent:
         if isinstance(got[0], str):
             return got
         attrs, name, owner = got
+        if self._other_backend(text, attrs):
+            return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
         job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
         saved = self.output.load(name) if name else None
