@@ -248,13 +248,20 @@ class EntrySpec:
     probe: str
 
 
-def _has_k8s_settings(probe: classad2.ClassAd, routed: classad2.ClassAd) -> bool:
-    before = {k.lower() for k in probe.keys()}
-    return any(k.lower().startswith("k8s") and k.lower() not in before for k in routed.keys())
+def _is_kubernetes(routed: classad2.ClassAd, settings: Settings) -> bool:
+    """Whether the hooks treat the route's jobs as Kubernetes jobs: the routed ad's GridResource
+    starts with the words of CE_K8S_GRID_RESOURCE (docs/routes.md "CEs with other backends"; the
+    same parser and rule as the update hook). A `batch slurm` route gets no entry even when a
+    transform gives its jobs `K8s*` attributes; a `batch k8s` route gets one even with no `SET K8s*`."""
+    from ce_k8s.condor.wire import sprint_ad
+    from ce_k8s.hooks._common import ad_grid_resource, grid_resource_matches
+
+    found = ad_grid_resource(sprint_ad(routed).encode("utf-8", "surrogateescape"))
+    return grid_resource_matches(found, settings.grid_resource)
 
 
 def entry_specs(cfg: CondorConfig, router: RouterConfig, settings: Settings, health: Health) -> list[EntrySpec]:
-    """One spec per enabled route whose routed pilot carries ``K8s*`` settings (see ``_has_k8s_settings``)."""
+    """One spec per enabled Kubernetes route (its routed pilot's GridResource, see ``_is_kubernetes``)."""
     from ce_k8s.condor.wire import evaluate_ad
     from ce_k8s.pods.builder import build_manifests
     from ce_k8s.pods.errors import PodBuildError
@@ -280,8 +287,9 @@ def entry_specs(cfg: CondorConfig, router: RouterConfig, settings: Settings, hea
         if routed.failed:
             health.report(WARNING, f"route {route.name}: routing the probe pilot failed: {'; '.join(routed.errors)}")
             continue
-        if not _has_k8s_settings(probe, routed.ad):
-            log.info("route %s sets no K8s* attribute; not a Kubernetes route, no catalog entry", route.name)
+        if not _is_kubernetes(routed.ad, settings):
+            log.info("route %s: GridResource does not start with CE_K8S_GRID_RESOURCE %r; not a Kubernetes "
+                     "route, no catalog entry", route.name, settings.grid_resource)
             continue
         values = evaluate_ad(routed.ad)
         # The translate hook stamps the source job's identity; the probe never went through it.
