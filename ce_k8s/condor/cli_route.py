@@ -282,6 +282,9 @@ def _json_result(res: JobResult) -> dict[str, object]:
     if res.pod is not None:
         obj["pod"] = res.pod
         obj["secret"] = res.secret
+    elif res.route is not None and not res.kubernetes:
+        obj["pod"] = None       # another backend's route: the hooks pass the job through, no pod ever
+        obj["secret"] = None
     if res.pod_error is not None:
         obj["pod_error"] = {"code": res.pod_error[0], "message": res.pod_error[1]}
     if res.route is not None:

@@ -145,7 +145,8 @@ def test_json_marks_kubernetes_and_other_routes(tmp_path, capsys):
     data = {d["route"]: d for d in json.loads(capsys.readouterr().out)}
     assert set(data) == {"Slurm", "Pool", "K8s"}
     for name in ("Slurm", "Pool"):
-        assert data[name]["kubernetes"] is False and "pod" not in data[name] and "secret" not in data[name]
+        assert data[name]["kubernetes"] is False and data[name]["pod"] is None and data[name]["secret"] is None
+        assert data[name]["errors"] == [] and "pod_error" not in data[name]
         assert "Managed" not in data[name]["routed_ad"] and "K8sPodName" not in data[name]["routed_ad"]
     assert "sets no GridResource" in data["Pool"]["notes"][0]
     k8s = data["K8s"]
@@ -173,7 +174,7 @@ def test_grid_resource_set_in_the_route_body_is_reported(tmp_path, capsys):
                     '  SET GridResource "batch k8s"\n  SET K8sImage "img:1"\n@x\nJOB_ROUTER_ROUTE_NAMES = R\n')
     assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
     data = json.loads(capsys.readouterr().out)[0]
-    assert data["kubernetes"] is False and "pod" not in data
+    assert data["kubernetes"] is False and data["pod"] is None
     assert any('the route\'s GridResource macro is not set' in e and '`GridResource = "batch k8s"`' in e
                for e in data["errors"]), data["errors"]
     conf.write_text(conf.read_text().replace('SET GridResource "batch k8s"',
