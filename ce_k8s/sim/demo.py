@@ -1,12 +1,13 @@
 """`ce-k8s demo`: pilots through the whole emulated path, with progress and a condor_ce_q-like table.
 
     ce-k8s demo [--pilots N] [--evict-fraction F] [--api-fault-rate F] [--restart-agent] [--json]
-                [--config PATH]
+                [--config PATH] [--batch-fraction F]
 
 Everything runs on this machine (docs/demo.md): the Kubernetes API emulator with its kubelet
 simulator, the real ``ce-k8s agent`` as a subprocess, the router emulator spawning the real hook
 launchers, the shipped routes. Progress goes to stderr; the table (or one JSON object with
-``--json``) to stdout. Exit code 0 when every pilot completed (or was held) and nothing leaked.
+``--json``) to stdout. Exit code 0 when every pilot completed (or was held), nothing leaked and, in
+mixed mode (``--batch-fraction``), ce-k8s touched no pilot of the Slurm-style route.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fraction of pilots whose first pod is evicted (default 0)")
     parser.add_argument("--api-fault-rate", type=float, default=0.0, metavar="F",
                         help="fraction of API requests answered 429/500/applied-then-timeout (default 0)")
+    parser.add_argument("--batch-fraction", type=float, default=0.0, metavar="F",
+                        help="mixed mode: fraction of pilots for a Slurm-style route ce-k8s must leave alone "
+                             "(default 0: no such route)")
     parser.add_argument("--restart-agent", action="store_true",
                         help="SIGKILL the agent at random moments and restart it")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -68,7 +72,7 @@ def _progress(stream):
     return show
 
 
-STATUS = {"completed": "C", "held": "H", "lost": "X", "queued": "?"}
+STATUS = {"completed": "C", "held": "H", "lost": "X", "queued": "?", "batch": "B"}
 
 
 def _table(bed) -> str:
@@ -136,11 +140,15 @@ def run(args: argparse.Namespace) -> int:
         # them (router_events). `ce-k8s --debug demo` shows every line.
         logging.getLogger("ce_k8s.sim.router").setLevel(logging.CRITICAL)
 
+    if not 0.0 <= args.batch_fraction <= 1.0:
+        sys.stderr.write("ce-k8s demo: --batch-fraction must be between 0 and 1\n")
+        return 2
     bed = TestBed(config=args.config, nodes=args.nodes or DEFAULT_NODES, fault_rate=args.api_fault_rate,
-                  time_scale=args.time_scale, seed=args.seed)
+                  time_scale=args.time_scale, seed=args.seed, batch_route=args.batch_fraction > 0)
     try:
         bed.start()
-        pilots = bed.make_pilots(args.pilots, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
+        pilots = bed.make_pilots(args.pilots, evict_fraction=args.evict_fraction, run_s=args.run_seconds,
+                                 batch_fraction=args.batch_fraction)
         bed.submit(pilots)
         sys.stderr.write(f"ce-k8s demo: {len(pilots)} pilots, API at {bed.server.url}, work dir {bed.root}\n")
         bed.run(timeout=args.timeout, poll_interval=args.poll, restart_agent=args.restart_agent,
@@ -156,8 +164,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{summary['pods_created']} pods created, {summary['duplicate_pods']} duplicates, "
                   f"{summary['pods_left']} pods and {summary['secrets_left']} secrets left; "
                   f"{summary['pilots_per_s']} pilots/s over {summary['wall_s']} s")
+            if args.batch_fraction > 0:
+                print(f"{summary['batch_routed']} routed to the Slurm-style route and left in the queue, "
+                      f"{summary['batch_touched']} of them touched by ce-k8s")
         ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
-              and summary["secrets_left"] == 0)
+              and summary["secrets_left"] == 0 and summary["batch_touched"] == 0)
         return 0 if ok else 1
     finally:
         bed.close()

@@ -59,10 +59,23 @@ MAX_JOB_MIRROR_UPDATE_LAG = {mirror_lag}
 # The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
 JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
 JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
-    REQUIREMENTS DemoScenario isnt undefined
+    REQUIREMENTS DemoScenario isnt undefined && TestBatchRoute =!= true
     SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
 @jrt
 """
+
+# Mixed mode (`ce-k8s demo --batch-fraction`): a Slurm-style route tried first, for the pilots the
+# test bed marks TestBatchRoute = true. The ce-k8s hooks must pass those jobs through (docs/routes.md
+# "CEs with other backends"); nothing plays Slurm here, so they stay routed grid jobs in the queue.
+BATCH_ROUTE = """\
+JOB_ROUTER_ROUTE_Slurm @=jrt
+    REQUIREMENTS TestBatchRoute =?= true
+    UNIVERSE grid
+    GridResource = "batch slurm"
+@jrt
+JOB_ROUTER_ROUTE_NAMES = Slurm $(JOB_ROUTER_ROUTE_NAMES)
+"""
+BATCH_MARK = "TestBatchRoute"
 
 
 @dataclass
@@ -251,6 +264,11 @@ class Outcome:
     stdout: bytes = b""
     stderr: bytes = b""
 
+    @property
+    def batch(self) -> bool:
+        """A pilot for the Slurm-style route (mixed mode): routed, then left alone by ce-k8s."""
+        return self.pilot.ad.get(BATCH_MARK) is True
+
 
 class TestBed:
     """Start with :meth:`start`, feed pilots with :meth:`submit`, drive with :meth:`tick`."""
@@ -262,7 +280,7 @@ class TestBed:
                  max_running_hooks: int = 24, mirror_lag: int = 20, watch_cut_rate: float | None = None,
                  agent_log: bool = False, extra_config: str = "", spawn_threads: int = 0,
                  spawn_process: bool = False,
-                 api_process: bool = False) -> None:
+                 api_process: bool = False, batch_route: bool = False) -> None:
         self.config_path = config
         self.nodes = nodes
         self.fault_rate = fault_rate
@@ -273,7 +291,7 @@ class TestBed:
         self.mirror_lag = mirror_lag
         self.watch_cut_rate = fault_rate / 5 if watch_cut_rate is None else watch_cut_rate
         self.agent_log = agent_log
-        self.extra_config = extra_config
+        self.extra_config = extra_config + (BATCH_ROUTE if batch_route else "")
         # Benchmark options (defaults keep the demo, the soak and the tests as they were):
         # spawn_threads forks hooks off the router's polling thread (router_hooks), api_process
         # runs the API emulator and kubelet sim as `ce-k8s sim serve` (RemoteApiServer).
@@ -457,9 +475,15 @@ class TestBed:
 
     # ------------------------------------------------------------------ pilots
     def make_pilots(self, count: int, evict_fraction: float = 0.0, run_s: float = 20.0,
-                    fail_fraction: float = 0.05) -> list[Pilot]:
-        return generate(count, seed=self.seed, evict_fraction=evict_fraction, run_s=run_s,
-                        fail_fraction=fail_fraction)
+                    fail_fraction: float = 0.05, batch_fraction: float = 0.0) -> list[Pilot]:
+        """``batch_fraction`` of them (rounded, chosen by the seed) get ``TestBatchRoute = true`` for
+        the Slurm-style route of a bed made with ``batch_route=True``."""
+        pilots = generate(count, seed=self.seed, evict_fraction=evict_fraction, run_s=run_s,
+                          fail_fraction=fail_fraction)
+        picked = random.Random(self.seed).sample(range(count), round(count * batch_fraction))  # noqa: S311
+        for i in picked:
+            pilots[i].ad[BATCH_MARK] = True
+        return pilots
 
     def submit(self, pilots: list[Pilot]) -> list[str]:
         ids = []
@@ -535,6 +559,9 @@ class TestBed:
                     out.route = eval_str(routed, "RouteName") or out.route
                     out.pod = eval_str(routed, "K8sPodName") or out.pod
                     out.node = eval_str(routed, "K8sNodeName") or out.node
+                    if out.batch and out.route == "Slurm":
+                        out.status = "batch"   # routed to the other backend; nothing more to wait for
+                        continue
             status = eval_int(ad, "JobStatus")
             if status == JobStatus.COMPLETED and eval_str(ad, "Managed") == "ScheddDone":
                 out.exit_code = eval_int(ad, "ExitCode")
@@ -597,10 +624,33 @@ class TestBed:
     def secrets_left(self) -> int:
         return self._count("secrets")
 
+    def _batch_check(self) -> dict[str, Any]:
+        """Mixed mode: batch pilots still routed to Slurm at the end (source and routed job both in
+        the queue), and how many of those ce-k8s touched (a K8s* attribute on the routed ad, or a
+        pod carrying the source job's GlobalJobId). The routed keys are left out of routed_jobs_left."""
+        routed, touched, keys = 0, 0, set()
+        for job, out in self.outcomes.items():
+            if out.status != "batch":
+                continue
+            rj = self.router.jobs.get(job) if self.router else None
+            source = self.schedd.get(job)
+            dest = self.schedd.get(rj.dest_key) if rj is not None and rj.dest_key else None
+            if source is None or dest is None:
+                continue
+            routed += 1
+            keys.add(rj.dest_key)
+            gjid = eval_str(source, "GlobalJobId")
+            has_pod = isinstance(self.tracker, PodTracker) and gjid in self.tracker.live
+            if has_pod or any(k.lower().startswith("k8s") for k in dest.keys()):
+                touched += 1
+        return {"routed": routed, "touched": touched, "routed_keys": keys}
+
     def summary(self) -> dict[str, object]:
         statuses = Counter(o.status for o in self.outcomes.values())
         wall = time.monotonic() - self.started
-        routed_left = sum(1 for _, ad in self.schedd.items() if eval_str(ad, "RoutedBy") is not None)
+        batch = self._batch_check()
+        routed_left = sum(1 for key, ad in self.schedd.items()
+                          if eval_str(ad, "RoutedBy") is not None and key not in batch["routed_keys"])
         assert self.router is not None
         by_verb: Counter[str] = Counter()
         for (verb, _resource), n in self.server.calls.items():
@@ -610,6 +660,8 @@ class TestBed:
             "completed": statuses["completed"],
             "held": statuses["held"],
             "lost": statuses["lost"] + statuses["queued"],
+            "batch_routed": batch["routed"],
+            "batch_touched": batch["touched"],
             "exit_nonzero": sum(1 for o in self.outcomes.values() if o.status == "completed" and o.exit_code),
             "pods_created": self.tracker.pods_created,
             "duplicate_pods": self.tracker.duplicate_pods,

@@ -91,3 +91,20 @@ def test_faults_cost_no_duplicate_no_lost_pilot_no_leak():
         assert summary["agent_restarts"] >= 1
         assert len(bed.evicted) >= 1, "some first pods were evicted and replaced by a new attempt"
         assert sum(summary["faults_injected"].values()) > 0
+
+
+def test_mixed_mode_batch_pilots_stay_routed_and_untouched():
+    """docs/routes.md "CEs with other backends" on the emulator: pilots a `batch slurm` route takes
+    stay routed grid jobs in the queue with no pod and no K8s* attribute; every other pilot completes."""
+    with TestBed(batch_route=True, **FAST) as bed:
+        bed.submit(bed.make_pilots(6, run_s=4, fail_fraction=0.0, batch_fraction=0.5))
+        assert bed.run(timeout=90, poll_interval=0.3)
+        bed.drain(timeout=30, poll_interval=0.3)
+        for _ in range(3):                           # a few more update polls of the batch jobs
+            bed.tick(0.3)
+        summary = bed.summary()
+        assert summary["completed"] == 3 and summary["lost"] == 0 and summary["held"] == 0, summary
+        assert summary["batch_routed"] == 3 and summary["batch_touched"] == 0, summary
+        assert summary["pods_created"] == 3 and summary["pods_left"] == 0 and summary["routed_jobs_left"] == 0
+        assert {o.route for o in bed.outcomes.values() if o.batch} == {"Slurm"}
+        assert all(not o.pod for o in bed.outcomes.values() if o.batch)
