@@ -24,6 +24,7 @@ import pytest
 from kubernetes import config as kconfig
 
 from ce_k8s.agent.agent import Agent
+from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name, secret_name
 from ce_k8s.settings import Settings
@@ -141,7 +142,7 @@ def world(accounts, launchers, tmp_root):
                         create_concurrency=2, gc_grace=3600, image_pull_timeout=0)
     with ApiServer.running(kubelet=False, history_size=50, bookmark_interval=0.2) as server:
         api = kconfig.new_client_from_config(config_file=server.kubeconfig_path)
-        agent = Agent(settings, api, request_timeout=3.0, watch_timeout=5)
+        agent = Agent(settings, api, request_timeout=3.0, watch_timeout=5, source_probe=FixedProbe(GONE))
         agent.start()
         try:
             w = World(server, agent, spool, sock, launchers, a, b)

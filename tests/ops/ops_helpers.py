@@ -26,6 +26,7 @@ from kubernetes import config as kconfig
 from ce_k8s import cli
 from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.launchers import install_hooks
+from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.ops.status import load_config_and_settings
 from ce_k8s.pods.names import pod_name
@@ -72,7 +73,8 @@ class CEHost:
     def start_agent(self) -> Agent:
         _cfg, settings = load_config_and_settings(str(self.config_dir))
         api = kconfig.new_client_from_config(config_file=self.kubeconfig)
-        self.agent = Agent(settings, api, request_timeout=3.0, watch_timeout=5).start()
+        # the source probe answers "gone": these tests run without a schedd to ask (sourceprobe.py)
+        self.agent = Agent(settings, api, request_timeout=3.0, watch_timeout=5, source_probe=FixedProbe(GONE)).start()
         return self.agent
 
     def stop_agent(self) -> None:
