@@ -432,6 +432,10 @@ class Soak:
         if not cfg.node_loss_every or self._lost_node is not None or now < next_loss:
             return next_loss
         node, pods = self._busiest_cpu_node()
+        if not pods:
+            # no pod runs on any CPU node right now (the pipeline is between waves, or slowed by
+            # faults): a loss would test nothing, so try again shortly
+            return now + 0.25
         toleration_real = UNREACHABLE_TOLERATION_S * cfg.time_scale
         down_for = self.rng.uniform(0.5, 2.0) * toleration_real
         kubelet.lose_node(node)
