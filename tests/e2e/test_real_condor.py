@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -57,6 +58,7 @@ def env(tmp_path_factory):
     bed.down(progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
     assert not _processes_in(ROOT_CACHE), "down left processes running in the root"
     assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {ROOT_CACHE}/" in m]
+    shutil.rmtree(state, ignore_errors=True)       # the spools and logs of this run
 
 
 def _stats(env: RealCondor) -> dict:
