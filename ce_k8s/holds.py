@@ -2,7 +2,7 @@
 
 Why one table: factory operators put `HoldReasonCode:HoldReasonSubCode` pairs in GlideinWMS
 `recoverable_exitcodes` (htcondor-ce.md §6.4), so the numbers must be stable, documented in one
-place (`docs/holds.md`), and shared by the builder and the agent (DESIGN.md decision 8).
+place (`docs/holds.md`), and shared by the builder and the agent.
 
 `HoldReasonCode` reuses HTCondor's own values from `src/condor_utils/condor_holdcodes.h` where one
 fits (6 FailedToCreateProcess, 13 TransferInputError, 21 StartdHeldJob, 32

@@ -1,7 +1,7 @@
 """The CE's `CE_K8S_*` knobs as one typed, frozen object.
 
 Why knobs and not a separate config file: admins already manage the CE with
-`condor_ce_config_val`/`condor_ce_reconfig` (DESIGN.md decision 9), so ce-k8s reads its settings
+`condor_ce_config_val`/`condor_ce_reconfig` (docs/install.md), so ce-k8s reads its settings
 from the same HTCondor configuration. `Settings()` gives the documented defaults (used by tests and
 dry runs); `Settings.from_config(cfg)` reads a `CondorConfig` and reports a bad value with the file
 and line where it was set, so a typo in `/etc/condor-ce/config.d` is found at start-up, not at the

@@ -2,7 +2,7 @@
 
 Why pure: the same function serves `ce-k8s route` (dry run, Secret redacted), the agent (real
 files) and the tests, and a pure function is what makes "what `condor_ce_q -l` shows is what the
-pod got" (DESIGN.md decision 1) checkable. Every unusable input raises `PodBuildError` with a
+pod got" (docs/routes.md) checkable. Every unusable input raises `PodBuildError` with a
 stable code (`ce_k8s.holds`), never anything else.
 
 The rules, with their sources:

@@ -1,7 +1,7 @@
 """Deterministic, valid Kubernetes names and label values for ce-k8s objects (standard library only).
 
 Why this module is stdlib-only and avoids `re`: the translate hook imports it to stamp the pod
-name into the routed ad, and the router forks a hook per job per poll (DESIGN.md decision 2).
+name into the routed ad, and the router forks a hook per job per poll (docs/agent.md).
 Why names are derived, not random: "exactly one pod per attempt" (decision 5) — the agent
 creates `pod_name(GlobalJobId, attempt)` and treats AlreadyExists as "adopt", so a retried create
 can never make a second pod. The hash is SHA-256 (not `hash()`, which is salted per process) so
