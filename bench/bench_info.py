@@ -7,7 +7,7 @@ workers of three sizes, GPU nodes with the usual taint, a few cordoned or NotRea
 daemonset pod per node, our pilots (labelled for this CE), other tenants' pods, finished pods
 (which must not count), a few pending pods, and ResourceQuotas in our namespace.
 
-* `info_ms`: median of `--repeat` (3) in-process `ce_k8s.info.compute()` calls (configuration, routes,
+* `info_ms`: median of `--repeat` (3) in-process `ce_k8s.info.provider.compute()` calls (configuration, routes,
   reading and summarising the dump, capacity, the ad), after one warm-up call;
 * `info_snapshot_load_ms` / `info_json_decode_ms`: the share of reading the file, and of the
   stdlib `json.loads` alone inside that;
@@ -122,8 +122,8 @@ def generate(path: Path, nodes: int, pods: int, ce_label: str, namespace: str, s
 
 def run(nodes: int, pods: int, repeat: int = 3) -> dict[str, float]:
     """Generate the dump, time the information provider in-process and as a process."""
-    from ce_k8s import info
     from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.info import provider as info
     from ce_k8s.pods.names import label_value
     from ce_k8s.settings import Settings
 
@@ -143,7 +143,7 @@ def run(nodes: int, pods: int, repeat: int = 3) -> dict[str, float]:
             t0 = time.perf_counter()
             info.compute(args)
             times.append(time.perf_counter() - t0)
-        from ce_k8s.snapshot import load_snapshot_file
+        from ce_k8s.info.snapshot import load_snapshot_file
 
         t0 = time.perf_counter()
         load_snapshot_file(path)

@@ -19,7 +19,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("routes", "check"), "ce_k8s.condor.cli_check", "check the route configuration"),
     (("routes", "convert"), "ce_k8s.condor.cli_convert", "convert old JOB_ROUTER_ENTRIES routes"),
     (("agent",), "ce_k8s.agent.main", "run the agent daemon that owns the Kubernetes side"),
-    (("info",), "ce_k8s.info", "print the schedd cron output advertising cluster capacity"),
+    (("info",), "ce_k8s.info.provider", "print the schedd cron output advertising cluster capacity"),
     (("demo",), "ce_k8s.sim.demo", "run pilots through the whole emulated path"),
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),
     (("testbed", "real-condor"), "ce_k8s.sim.cli_realcondor", "a real HTCondor in a Debian 13 root (up/down/status)"),

@@ -8,7 +8,7 @@ Why: sites that share nodes between Slurm and Kubernetes hand a node over in Slu
 Their failure mode is that pods vanish under the pilots; here the hand-over is orderly instead:
 
 1. **cordon** (`spec.unschedulable`), so no new pod lands there; the information provider stops
-   counting the node at once (`ce_k8s.capacity.node_is_schedulable`);
+   counting the node at once (`ce_k8s.info.capacity.node_is_schedulable`);
 2. pilots bound to the node that have **not started** are evicted at once (they lose nothing and
    can start elsewhere sooner);
 3. **running** pilots get `--grace` seconds to finish;

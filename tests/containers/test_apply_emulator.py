@@ -107,7 +107,7 @@ def _rules_from_manifests(docs: list[dict]) -> list[dict]:
 def test_rbac_from_the_manifests_is_enough_for_the_info_provider(rendered):
     """With the emulator enforcing exactly our RBAC, the information provider's API snapshot works,
     and what the manifests do not grant is refused with 403."""
-    from ce_k8s.snapshot import snapshot_from_api
+    from ce_k8s.info.snapshot import snapshot_from_api
 
     rules = _rules_from_manifests(rendered["base"])
     with ApiServer.running(rules=rules, enforce_rbac=True, nodes="cpu:2x16c64g") as srv:

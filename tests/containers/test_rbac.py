@@ -124,7 +124,7 @@ class Agent:
 
 
 def test_scanner_maps_raw_requests_by_path():
-    """snapshot.py-style raw requests: api_client.param_serialize("GET", path) with path literals."""
+    """info/snapshot.py-style raw requests: api_client.param_serialize("GET", path) with path literals."""
     src = '''
 def snap(api_client, ns):
     def list_all(path):

@@ -6,8 +6,8 @@ fresh figures (issue 6: "with neither option it asks the agent ... and falls bac
 
 from __future__ import annotations
 
+from ce_k8s.info.snapshot import snapshot_from_api
 from ce_k8s.sim.apiserver import ApiServer
-from ce_k8s.snapshot import snapshot_from_api
 
 from .conftest import NOW, TEST_CONFIG, parse, run_info
 

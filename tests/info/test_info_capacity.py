@@ -8,8 +8,9 @@ NoSchedule/NoExecute-tainted nodes excluded, quota applied, per-node bin packing
 
 from __future__ import annotations
 
-from ce_k8s.capacity import CapacityModel, PodShape, fits_count, node_admits, pod_resources, quota_room, tolerates
-from ce_k8s.snapshot import ClusterSnapshot, Node, Pod, Quota, Taint, load_snapshot_file
+from ce_k8s.info.capacity import CapacityModel, PodShape, fits_count, node_admits, quota_room, tolerates
+from ce_k8s.info.quantity import pod_resources
+from ce_k8s.info.snapshot import ClusterSnapshot, Node, Pod, Quota, Taint, load_snapshot_file
 
 from .conftest import SNAPSHOTS
 

@@ -15,8 +15,8 @@ import random
 import classad2
 import pytest
 
-from ce_k8s import info
-from ce_k8s.snapshot import ClusterSnapshot, SourceUnavailable
+from ce_k8s.info import provider as info
+from ce_k8s.info.snapshot import ClusterSnapshot, SourceUnavailable
 
 from .conftest import NOW, TEST_CONFIG, catalog, parse, run_info, snapshot_doc, write_doc
 
@@ -177,7 +177,7 @@ def _fake_api(monkeypatch, snapshot: ClusterSnapshot | Exception):
 
 def test_agent_down_api_up_is_warning(capsys, monkeypatch):
     """Agent down but the API answers: capacity is fresh, Status WARNING (no pilot can start)."""
-    from ce_k8s.snapshot import load_snapshot_file
+    from ce_k8s.info.snapshot import load_snapshot_file
 
     snap = load_snapshot_file("tests/info/snapshots/mixed.json")
     snap.source, snap.taken_at = "api https://k8s.example:6443", NOW - 3
@@ -190,7 +190,7 @@ def test_agent_down_api_up_is_warning(capsys, monkeypatch):
 
 def test_stale_agent_view_is_not_advertised(capsys, monkeypatch):
     """The agent answers with a view older than CE_K8S_INFO_MAX_AGE and the API is down: CRITICAL."""
-    from ce_k8s.snapshot import load_snapshot_file
+    from ce_k8s.info.snapshot import load_snapshot_file
 
     snap = load_snapshot_file("tests/info/snapshots/mixed.json")
     snap.source, snap.taken_at = "agent /run/ce-k8s/agent.sock", NOW - 3600
@@ -205,7 +205,7 @@ def test_stale_agent_view_is_not_advertised(capsys, monkeypatch):
 
 def test_fresh_agent_view_is_used(capsys, monkeypatch):
     """A fresh agent view is advertised as is (source agent), without touching the API."""
-    from ce_k8s.snapshot import load_snapshot_file
+    from ce_k8s.info.snapshot import load_snapshot_file
 
     snap = load_snapshot_file("tests/info/snapshots/mixed.json")
     snap.source, snap.taken_at = "agent /run/ce-k8s/agent.sock", NOW - 10

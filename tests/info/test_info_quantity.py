@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ce_k8s.capacity import QuantityError, parse_quantity, parse_resource_list, resource_units, to_units
+from ce_k8s.info.quantity import QuantityError, parse_quantity, parse_resource_list, resource_units, to_units
 
 
 @pytest.mark.parametrize(

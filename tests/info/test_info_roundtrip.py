@@ -13,10 +13,10 @@ from __future__ import annotations
 import classad2
 import pytest
 
-from ce_k8s.capacity import PodShape
 from ce_k8s.condor.config import CondorConfig
 from ce_k8s.condor.routing import RouterConfig
 from ce_k8s.condor.wire import evaluate_ad, parse_job_ads
+from ce_k8s.info.capacity import PodShape
 from ce_k8s.pods.builder import build_manifests
 from ce_k8s.settings import Settings
 

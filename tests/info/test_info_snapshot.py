@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from ce_k8s.snapshot import (
+from ce_k8s.info.snapshot import (
     SnapshotError,
     SourceUnavailable,
     decode_json,

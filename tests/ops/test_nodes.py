@@ -12,11 +12,11 @@ import time
 import pytest
 from ops_helpers import NAMESPACE, ce_host, gjid, run_cli
 
-from ce_k8s.capacity import CapacityModel, PodShape
+from ce_k8s.info.capacity import CapacityModel, PodShape
+from ce_k8s.info.snapshot import snapshot_from_api
 from ce_k8s.ops import nodes
 from ce_k8s.pods.names import pod_name
 from ce_k8s.sim.cluster import NodeSpec
-from ce_k8s.snapshot import snapshot_from_api
 
 
 def reclaim(host, node: str, *extra: str) -> tuple[int, list[str]]:
@@ -163,7 +163,7 @@ def test_negative_grace_is_a_usage_error(host):
 
 
 def test_information_provider_drops_a_reclaimed_node_at_once(host):
-    """The cordon is all the provider needs: a cordoned node is excluded from capacity (ce_k8s.capacity)."""
+    """The cordon is all the provider needs: a cordoned node is excluded from capacity (ce_k8s.info.capacity)."""
     shape = PodShape(namespace=NAMESPACE, requests={"cpu": 1000, "memory": 2**30, "pods": 1})
 
     def model():

@@ -1,11 +1,9 @@
 """Pure capacity arithmetic over a cluster snapshot: what the cluster can still take, per pod shape.
 
 Everything here is a function of its arguments (no I/O, no clock), so the information provider's
-answer for a given snapshot is reproducible and testable. Quantities are converted once, exactly
-(``Fraction``), into the integer units the kube-scheduler itself compares: millicores for CPU
-(``Quantity.MilliValue``) and the rounded-up integer value for everything else
-(``Quantity.Value``: bytes, GPUs, pod counts). Floats never enter the arithmetic, so ``0.1 + 0.2``
-CPUs cannot drift and an unchanged cluster always yields an unchanged ad.
+answer for a given snapshot is reproducible and testable. Every figure is an integer in the
+kube-scheduler's own units (``ce_k8s.info.quantity`` converts once, exactly), so floats never enter
+the arithmetic, ``0.1 + 0.2`` CPUs cannot drift and an unchanged cluster always yields an unchanged ad.
 
 The placement rules mirror the scheduler's filter plugins that matter for a pilot pod:
 NodeUnschedulable (cordon), TaintToleration (``NoSchedule``/``NoExecute``), NodeAffinity
@@ -16,19 +14,12 @@ modelled: pilots do not use them, and other tenants' use of them only affects th
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from functools import lru_cache
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover - typing only; snapshot imports this module at run time
-    from ce_k8s.snapshot import ClusterSnapshot, Node, Pod, Quota
+from ce_k8s.info.quantity import CPU, MEMORY, pod_resources
+from ce_k8s.info.snapshot import ClusterSnapshot, Node, Pod, Quota
 
-CPU = "cpu"
-MEMORY = "memory"
 PODS = "pods"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "ce-k8s"
@@ -37,206 +28,6 @@ ROUTE_LABEL = "ce-k8s.htcondor.org/route"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 MIB = 1024 * 1024
-
-
-class QuantityError(ValueError):
-    """A Kubernetes resource quantity that does not follow the API's quantity grammar."""
-
-    def __init__(self, text: object, reason: str = "not a Kubernetes quantity") -> None:
-        super().__init__(f"{text!r}: {reason}")
-        self.text = text
-        self.reason = reason
-
-
-# <signedNumber><suffix>, suffix = binarySI | decimalSI | decimalExponent
-# (k8s.io/apimachinery/pkg/api/resource/quantity.go). "E" alone is exa; "E3" is an exponent.
-_QUANTITY_RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-
-
-def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity (``100m``, ``1.5``, ``64Gi``, ``1e3``, ``500M``, ``1k``) exactly.
-
-    JSON numbers are accepted too (hand-written dumps use them); a float is taken by its shortest
-    decimal representation so ``0.1`` means one tenth, not the nearest binary fraction.
-    """
-    if isinstance(value, bool):
-        raise QuantityError(value, "a boolean is not a quantity")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise QuantityError(value, "not a finite number")
-        return Fraction(repr(value))
-    if not isinstance(value, str):
-        raise QuantityError(value, f"expected a string, got {type(value).__name__}")
-    m = _QUANTITY_RE.match(value)
-    if m is None:
-        raise QuantityError(value)
-    number = Fraction(m.group("num"))
-    if m.group("bin"):
-        return number * _BINARY[m.group("bin")]
-    if m.group("exp"):
-        exponent = int(m.group("exp")[1:])
-        if abs(exponent) > 100:
-            raise QuantityError(value, "exponent out of range")
-        return number * Fraction(10) ** exponent
-    return number * _DECIMAL[m.group("dec") or ""]
-
-
-@lru_cache(maxsize=4096)
-def _units_cached(resource: str, value: str) -> int:
-    return to_units(resource, parse_quantity(value))
-
-
-def to_units(resource: str, quantity: Fraction) -> int:
-    """The integer the scheduler compares: millicores for ``cpu``, the rounded-up value otherwise."""
-    if resource == CPU:
-        return math.ceil(quantity * 1000)
-    return math.ceil(quantity)
-
-
-def resource_units(resource: str, value: str | int | float) -> int:
-    """Parse one quantity of ``resource`` into scheduler units (cached: dumps repeat the same strings)."""
-    if isinstance(value, str):
-        return _units_cached(resource, value)
-    return to_units(resource, parse_quantity(value))
-
-
-def parse_resource_list(raw: object, where: str) -> dict[str, int]:
-    """A ``ResourceList`` (``{"cpu": "2", "memory": "4Gi"}``) in scheduler units.
-
-    ``where`` names the place in the input for the error message when a quantity is malformed.
-    """
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise QuantityError(raw, f"{where}: expected a map of resource name to quantity")
-    out: dict[str, int] = {}
-    for name, value in raw.items():
-        try:
-            out[str(name)] = resource_units(str(name), value)
-        except QuantityError as exc:
-            raise QuantityError(value, f"{where}.{name}: {exc.reason}") from None
-    return out
-
-
-def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for k, v in other.items():
-        into[k] = into.get(k, 0) + v
-
-
-def _max_into(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for k, v in other.items():
-        if v > into.get(k, 0):
-            into[k] = v
-
-
-def _container_resources(container: Mapping[str, object], where: str) -> tuple[dict[str, int], dict[str, int]]:
-    res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
-        return {}, {}
-    limits = parse_resource_list(res.get("limits"), f"{where}.resources.limits")
-    requests = parse_resource_list(res.get("requests"), f"{where}.resources.requests")
-    # API defaulting: a container that sets only a limit gets request = limit. Real dumps already
-    # carry it; hand-made ones may not, and the scheduler would see the defaulted value.
-    for k, v in limits.items():
-        requests.setdefault(k, v)
-    return requests, limits
-
-
-def pod_resources(spec: Mapping[str, object], where: str = "spec") -> tuple[dict[str, int], dict[str, int]]:
-    """Effective (requests, limits) of a pod as the scheduler and quota admission compute them.
-
-    max(sum(app containers) + sum(sidecars), peak over init containers) + overhead, where a
-    restartable init container (``restartPolicy: Always``, a sidecar) keeps running alongside
-    everything started after it. Pod-level ``spec.resources`` (when set) replaces the cpu/memory
-    figures, as in Kubernetes >= 1.32.
-
-    Most pods have app containers only; they take a fast path (this runs for every pod of the
-    cluster on every run). Any doubt -- odd types, a bad quantity -- goes to the careful path,
-    which also produces the located error message.
-    """
-    if type(spec) is dict and not spec.get("initContainers") and not spec.get("overhead") \
-            and not spec.get("resources"):
-        try:
-            return _app_only(spec.get("containers") or ())
-        except (QuantityError, AttributeError, TypeError, ValueError):
-            pass
-    return _pod_resources_careful(spec, where)
-
-
-def _app_only(containers: object) -> tuple[dict[str, int], dict[str, int]]:
-    req: dict[str, int] = {}
-    lim: dict[str, int] = {}
-    for c in containers:  # type: ignore[union-attr]
-        res = c.get("resources")
-        if not res:
-            continue
-        requests = res.get("requests") or {}
-        limits = res.get("limits")
-        for k, v in requests.items():
-            req[k] = req.get(k, 0) + (_units_cached(k, v) if type(v) is str else resource_units(k, v))
-        if limits:
-            for k, v in limits.items():
-                u = _units_cached(k, v) if type(v) is str else resource_units(k, v)
-                lim[k] = lim.get(k, 0) + u
-                if k not in requests:  # API defaulting: request = limit
-                    req[k] = req.get(k, 0) + u
-    return req, lim
-
-
-def _pod_resources_careful(spec: Mapping[str, object], where: str) -> tuple[dict[str, int], dict[str, int]]:
-    result: list[dict[str, int]] = []
-    for kind in ("requests", "limits"):
-        app: dict[str, int] = {}
-        for i, c in enumerate(spec.get("containers") or ()):  # type: ignore[union-attr]
-            if isinstance(c, Mapping):
-                req, lim = _container_resources(c, f"{where}.containers[{i}]")
-                _add(app, req if kind == "requests" else lim)
-        sidecars: dict[str, int] = {}
-        init_peak: dict[str, int] = {}
-        for i, c in enumerate(spec.get("initContainers") or ()):  # type: ignore[union-attr]
-            if not isinstance(c, Mapping):
-                continue
-            req, lim = _container_resources(c, f"{where}.initContainers[{i}]")
-            this = req if kind == "requests" else lim
-            if c.get("restartPolicy") == "Always":
-                _add(sidecars, this)
-                _max_into(init_peak, sidecars)
-            else:
-                running = dict(sidecars)
-                _add(running, this)
-                _max_into(init_peak, running)
-        total = dict(app)
-        _add(total, sidecars)
-        _max_into(total, init_peak)
-        pod_level = spec.get("resources")
-        if isinstance(pod_level, Mapping) and pod_level.get(kind):
-            for k, v in parse_resource_list(pod_level.get(kind), f"{where}.resources.{kind}").items():
-                if k in (CPU, MEMORY):
-                    total[k] = v
-        if kind == "requests":
-            overhead = spec.get("overhead")
-            if overhead:
-                _add(total, parse_resource_list(overhead, f"{where}.overhead"))
-        result.append(total)
-    return result[0], result[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`ce-k8s info`: the information provider, run by the CE schedd as a schedd cron job.
+"""`ce-k8s info`: the information provider's command and the ad it prints, run by the CE schedd as a schedd cron job.
 
 It prints `Attr = value` lines that the schedd merges into its own ad, which the CE collector
 forwards to the central collectors (htcondor-ce.md §1.8, §3.3). What it prints is computed from
@@ -36,15 +36,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ce_k8s.capacity import (
-    CPU,
-    MEMORY,
+from ce_k8s.info.capacity import (
     CapacityModel,
     PodShape,
     cores,
+    fits_count,
     megabytes,
+    node_admits,
 )
-from ce_k8s.snapshot import (
+from ce_k8s.info.quantity import CPU, MEMORY
+from ce_k8s.info.snapshot import (
     ClusterSnapshot,
     SnapshotError,
     SourceUnavailable,
@@ -558,8 +559,6 @@ def _fraction_headroom(model: CapacityModel, spec: EntrySpec, fraction: float) -
     """
     if fraction <= 0:
         return 0
-    from ce_k8s.capacity import fits_count, node_admits
-
     pool = sum(fits_count(n.allocatable, spec.shape.requests)
                for n in model.snapshot.nodes if node_admits(n, spec.shape) is None)
     return math.floor(pool * fraction)

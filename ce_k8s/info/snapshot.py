@@ -5,7 +5,7 @@
 * the Kubernetes API directly (LIST with paging, only non-finished pods);
 * the agent, whose watch cache is already warm (see ``ce_k8s.protocol``).
 
-Only the fields capacity needs are kept, already converted to scheduler units, so a
+Only the fields ``ce_k8s.info.capacity`` needs are kept, already converted to scheduler units, so a
 100,000-pod cluster costs a few hundred milliseconds and not the memory of the raw objects.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ce_k8s.capacity import QuantityError, parse_resource_list, pod_resources
+from ce_k8s.info.quantity import QuantityError, parse_resource_list, pod_resources
 
 log = logging.getLogger(__name__)
 

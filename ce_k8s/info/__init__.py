@@ -1,0 +1,11 @@
+"""The information provider: what the cluster can take, advertised in the CE schedd's ad.
+
+Modules, each depending only on the ones before it (no cycle; tests/test_rooms.py checks):
+
+* ``quantity`` -- Kubernetes quantities and a pod's effective requests in scheduler units;
+* ``snapshot`` -- nodes, pods and quotas from a ``kubectl`` dump, the API or the agent;
+* ``capacity`` -- pure placement and quota arithmetic over a snapshot, per pilot shape;
+* ``provider`` -- ``ce-k8s info``: routes to catalog entries, the cron output.
+
+Nothing is imported here, so ``import ce_k8s.info.quantity`` stays cheap.
+"""
