@@ -7,6 +7,12 @@ dry runs); `Settings.from_config(cfg)` reads a `CondorConfig` and reports a bad 
 and line where it was set, so a typo in `/etc/condor-ce/config.d` is found at start-up, not at the
 first pilot. `cfg` is duck-typed (`get(name)` and `origin(name)`); a bad knob raises SettingsError,
 a `ce_k8s.condor.config.ConfigError`, so callers handle both alike.
+
+Values the CE itself already defines are taken from the CE, not restated: the spool is the CE's
+`SPOOL`, the CE name is the Name its schedd advertises, the collector given to pilots is the CE's
+`COLLECTOR_HOST` and the default wall time its `ROUTED_JOB_MAX_TIME`. A `CE_K8S_*` knob only
+overrides them (docs/install.md, "Settings the CE already has"). `Settings.origins` says, per field,
+which knob supplied the value and where it was set, so `ce-k8s doctor` can show it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ SECRET_HARD_MAX = 1024 * 1024  # Kubernetes refuses Secrets bigger than 1 MiB
 _TRUE = {"true", "yes", "1", "on", "t", "y"}
 _FALSE = {"false", "no", "0", "off", "f", "n"}
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+CE_SPOOL = "/var/lib/condor-ce/spool"  # HTCondor-CE's packaged SPOOL ($(LOCAL_DIR)/lib/condor-ce/spool)
+CE_ROUTED_JOB_MAX_TIME = 4320  # HTCondor-CE's ROUTED_JOB_MAX_TIME (01-ce-router-defaults.conf), minutes
+BUILT_IN = "built-in default"
 
 
 class ConfigSource(Protocol):
@@ -49,10 +58,10 @@ class Settings:
     namespace: str = "ce-k8s-pilots"          # CE_K8S_NAMESPACE
     image: str = ""                           # CE_K8S_IMAGE ("" = routes must set K8sImage)
     image_pull_policy: str = "IfNotPresent"   # CE_K8S_IMAGE_PULL_POLICY
-    ce_name: str = "htcondor-ce"              # CE_K8S_CE_NAME (default: FULL_HOSTNAME, else the host's FQDN)
+    ce_name: str = "htcondor-ce"              # CE_K8S_CE_NAME (default: the CE schedd's Name, see ce_schedd_name)
     socket: str = "/run/ce-k8s/agent.sock"    # CE_K8S_SOCKET
     kubeconfig: str = ""                      # CE_K8S_KUBECONFIG ("" = in-cluster, then ~/.kube/config)
-    spool: str = "/var/lib/condor-ce/spool"   # CE_K8S_SPOOL
+    spool: str = CE_SPOOL                     # CE_K8S_SPOOL (default: the CE's SPOOL)
     secret_max_bytes: int = SECRET_HARD_MAX   # CE_K8S_SECRET_MAX_BYTES
     max_attempts: int = 3                     # CE_K8S_MAX_ATTEMPTS
     pending_timeout: int = 21600              # CE_K8S_PENDING_TIMEOUT (s)
@@ -63,8 +72,8 @@ class Settings:
     gc_grace: int = 600                       # CE_K8S_GC_GRACE (s)
     hook_timeout: float = 20.0                # CE_K8S_HOOK_TIMEOUT (s)
     pilot_env: dict[str, str] = field(default_factory=dict)  # CE_K8S_PILOT_ENV (parsed)
-    collector_host: str = ""                  # CE_K8S_COLLECTOR_HOST (default: CONDORCE_COLLECTOR_HOST)
-    default_walltime: int = 4320              # CE_K8S_DEFAULT_WALLTIME (minutes)
+    collector_host: str = ""                  # CE_K8S_COLLECTOR_HOST (default: the CE's COLLECTOR_HOST)
+    default_walltime: int = CE_ROUTED_JOB_MAX_TIME  # CE_K8S_DEFAULT_WALLTIME (min; default: ROUTED_JOB_MAX_TIME)
     info_headroom: float = 0.0                # CE_K8S_INFO_HEADROOM (autoscaler headroom, fraction of the pool)
     run_as_user: int = 1000                   # CE_K8S_RUN_AS_USER (non-root uid for pilots)
     run_as_group: int = 1000                  # CE_K8S_RUN_AS_GROUP (also the pod's fsGroup)
@@ -72,6 +81,11 @@ class Settings:
     cpu_limit: str = "request"                # CE_K8S_CPU_LIMIT (default of K8sCpuLimit)
     grid_resource: str = "batch k8s"          # CE_K8S_GRID_RESOURCE (GridResource prefix of our routes)
     disable_pilot_ads: bool = False           # DISABLE_PILOT_ADS (the CE's own knob)
+    per_job_history_dir: str = ""             # CE_K8S_PER_JOB_HISTORY_DIR ("" = off; APEL, docs/accounting.md)
+    usage_interval: float = 60.0              # CE_K8S_USAGE_INTERVAL (s between kubelet Summary reads)
+    # field name -> which knob gave the value and where it was set ("SPOOL (/etc/condor-ce/...:35)");
+    # fields read from no knob are absent. Not part of equality: two equal configurations compare equal.
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __hash__(self) -> int:  # pilot_env is a dict; hash the rest so Settings stays usable as a key
         return hash(tuple(v for f in dataclasses.fields(self) if not isinstance(v := getattr(self, f.name), dict)))
@@ -81,17 +95,24 @@ class Settings:
         """Read every knob from `cfg`; an unusable value raises SettingsError naming its file and line."""
         r = _Reader(cfg)
         d = cls()
-        ce_name = r.text("CE_K8S_CE_NAME", "") or (cfg.get("FULL_HOSTNAME") or "") or socket.getfqdn() or d.ce_name
+        ce_name = r.text("CE_K8S_CE_NAME", "")
+        if ce_name:
+            r.note("ce_name", "CE_K8S_CE_NAME")
+        else:
+            ce_name, how = ce_schedd_name(cfg)
+            r.origins["ce_name"] = how
         disable_ads = r.boolean("DISABLE_PILOT_ADS", False)
-        collector = r.text("CE_K8S_COLLECTOR_HOST", "") or (cfg.get("CONDORCE_COLLECTOR_HOST") or "")
-        return cls(
+        collector = r.first("collector_host", ("CE_K8S_COLLECTOR_HOST", "COLLECTOR_HOST"), r.text, "")
+        if disable_ads:
+            r.origins["collector_host"] = r.describe("DISABLE_PILOT_ADS")
+        settings = cls(
             namespace=r.dns_label("CE_K8S_NAMESPACE", d.namespace),
             image=r.text("CE_K8S_IMAGE", d.image),
             image_pull_policy=r.choice("CE_K8S_IMAGE_PULL_POLICY", d.image_pull_policy, _PULL_POLICIES),
-            ce_name=ce_name,
+            ce_name=ce_name or d.ce_name,
             socket=r.text("CE_K8S_SOCKET", d.socket),
             kubeconfig=r.text("CE_K8S_KUBECONFIG", d.kubeconfig),
-            spool=r.abspath("CE_K8S_SPOOL", d.spool),
+            spool=r.first("spool", ("CE_K8S_SPOOL", "SPOOL"), r.abspath, d.spool),
             secret_max_bytes=r.integer("CE_K8S_SECRET_MAX_BYTES", d.secret_max_bytes, 1, SECRET_HARD_MAX),
             max_attempts=r.integer("CE_K8S_MAX_ATTEMPTS", d.max_attempts, 1, 100),
             pending_timeout=r.integer("CE_K8S_PENDING_TIMEOUT", d.pending_timeout, 1, 365 * 86400),
@@ -103,7 +124,8 @@ class Settings:
             hook_timeout=r.real("CE_K8S_HOOK_TIMEOUT", d.hook_timeout, 0.1, 3600.0),
             pilot_env=r.env("CE_K8S_PILOT_ENV"),
             collector_host="" if disable_ads else collector,
-            default_walltime=r.integer("CE_K8S_DEFAULT_WALLTIME", d.default_walltime, 1, 525600),
+            default_walltime=r.first("default_walltime", ("CE_K8S_DEFAULT_WALLTIME", "ROUTED_JOB_MAX_TIME"),
+                                     lambda k, dflt: r.integer(k, dflt, 1, 525600), d.default_walltime),
             info_headroom=r.real("CE_K8S_INFO_HEADROOM", d.info_headroom, 0.0, 0.99),
             run_as_user=r.integer("CE_K8S_RUN_AS_USER", d.run_as_user, 1, 2**31 - 1),
             run_as_group=r.integer("CE_K8S_RUN_AS_GROUP", d.run_as_group, 1, 2**31 - 1),
@@ -111,7 +133,58 @@ class Settings:
             cpu_limit=r.cpu_limit("CE_K8S_CPU_LIMIT", d.cpu_limit),
             grid_resource=r.grid_resource("CE_K8S_GRID_RESOURCE", d.grid_resource),
             disable_pilot_ads=disable_ads,
+            per_job_history_dir=(r.abspath("CE_K8S_PER_JOB_HISTORY_DIR", "/")
+                                 if r.text("CE_K8S_PER_JOB_HISTORY_DIR", "") else ""),
+            usage_interval=r.real("CE_K8S_USAGE_INTERVAL", d.usage_interval, 0.1, 86400.0),
+            origins=r.origins,
         )
+        for f in dataclasses.fields(cls):  # every other field: its own knob, or the built-in default
+            if f.name != "origins" and f.name not in r.origins:
+                knob = knob_of(f.name)
+                if r.raw(knob) is not None:
+                    r.note(f.name, knob)
+                else:
+                    r.origins[f.name] = BUILT_IN
+        return settings
+
+
+def knob_of(field_name: str) -> str:
+    """The knob that sets a Settings field: `CE_K8S_<FIELD>`, and the CE's own `DISABLE_PILOT_ADS`."""
+    return "DISABLE_PILOT_ADS" if field_name == "disable_pilot_ads" else "CE_K8S_" + field_name.upper()
+
+
+def ce_schedd_name(cfg: ConfigSource) -> tuple[str, str]:
+    """(the Name the CE's schedd advertises, which knob it came from), for labels and logs.
+
+    HTCondor names a daemon in `build_valid_daemon_name` (src/condor_utils/get_daemon_name.cpp): a
+    `SCHEDD_NAME` with an `@` is kept as it is; one without is completed to `name@<FULL_HOSTNAME>`
+    unless it is this host's name; no `SCHEDD_NAME` gives the full host name (`default_daemon_name`,
+    as the CE's schedd runs as root). HTCondor-CE sets no `SCHEDD_NAME`, so a stock CE is named by
+    its `FULL_HOSTNAME`, the host part of its `grid_resource` (01-ce-router-defaults.conf).
+    """
+    full = (cfg.get("FULL_HOSTNAME") or "").strip()
+    full_how = _describe(cfg, "FULL_HOSTNAME") if full else "this host's FQDN (no FULL_HOSTNAME)"
+    full = full or socket.getfqdn()
+    name = (cfg.get("SCHEDD_NAME") or "").strip()
+    if not name:
+        return full, full_how
+    how = _describe(cfg, "SCHEDD_NAME")
+    if "@" in name or name.lower() == full.lower():
+        return name, how
+    return f"{name}@{full}", f"{how} + '@' + {full_how}"
+
+
+def _describe(cfg: ConfigSource, knob: str) -> str:
+    """`KNOB (file:line)`, or `KNOB (built-in default)`; the knob name alone if its origin is unknown."""
+    try:
+        origin = cfg.origin(knob)
+    except Exception:  # an origin is a nicety; a config source without one still works
+        origin = None
+    file = getattr(origin, "file", None)
+    if not file:
+        return knob
+    line = getattr(origin, "line", 0) or 0
+    return f"{knob} ({file}:{line})" if line else f"{knob} ({file})"
 
 
 class _Reader:
@@ -119,6 +192,42 @@ class _Reader:
 
     def __init__(self, cfg: ConfigSource) -> None:
         self.cfg = cfg
+        self.origins: dict[str, str] = {}
+
+    def describe(self, knob: str) -> str:
+        return _describe(self.cfg, knob)
+
+    def macro_of(self, knob: str) -> str | None:
+        """`SPOOL` when the unexpanded value of `knob` is exactly `$(SPOOL)`, else None."""
+        raw = getattr(self.cfg, "raw", None)
+        text = ((raw(knob) if callable(raw) else None) or "").strip()
+        inner = text[2:-1]
+        if text.startswith("$(") and text.endswith(")") and inner.replace("_", "").isalnum():
+            return inner
+        return None
+
+    def note(self, field_name: str, knob: str) -> None:
+        """Record that `knob` supplied `field_name`; a value that is one `$(MACRO)` also names the macro."""
+        where = self.describe(knob)
+        inner = self.macro_of(knob)
+        if inner is not None:
+            where = f"{self.describe(inner)} through {where} = $({inner})"
+        self.origins[field_name] = where
+
+    def first(self, field_name: str, knobs: tuple[str, ...], read: Any, default: Any) -> Any:
+        """The value of the first of `knobs` that is set and not empty, read with `read(knob, default)`.
+
+        Why: `CE_K8S_SPOOL` overrides the CE's `SPOOL`, which overrides the packaged default; an
+        empty `CE_K8S_SPOOL =` (or one whose `$(SPOOL)` expands to nothing) falls through.
+        """
+        for knob in knobs:
+            if self.raw(knob) is not None:
+                self.note(field_name, knob)
+                # `CE_K8S_SPOOL = $(SPOOL)`: a bad value is reported at the line that set SPOOL.
+                inner = self.macro_of(knob)
+                return read(inner if inner is not None and self.raw(inner) is not None else knob, default)
+        self.origins[field_name] = BUILT_IN
+        return default
 
     def fail(self, knob: str, message: str) -> SettingsError:
         origin = None

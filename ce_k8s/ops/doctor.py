@@ -140,7 +140,9 @@ def check_config(ctx: Context) -> None:
         ctx.add(FAIL, "config", f"{where}: {short(exc)}", "pass --config /etc/condor-ce/condor_config")
         return
     level = OK if ctx.config_path else WARN
-    ctx.add(level, "config", f"{where}: {len(ctx.cfg.names())} knobs, CE name {ctx.settings.ce_name}",
+    name_from = getattr(ctx.settings, "origins", {}).get("ce_name")
+    ctx.add(level, "config", f"{where}: {len(ctx.cfg.names())} knobs, CE name {ctx.settings.ce_name}"
+            + (f" (from {name_from})" if name_from else ""),
             "run on the CE host, or pass --config /etc/condor-ce/condor_config")
 
 
@@ -479,7 +481,8 @@ def check_spool(ctx: Context) -> None:
     if ce_spool and os.path.isabs(ce_spool) and os.path.normpath(ce_spool) != os.path.normpath(spool):
         ctx.add(WARN, "spool", f"CE_K8S_SPOOL {spool} differs from the CE's SPOOL {ce_spool}", fix)
         return
-    ctx.add(OK, "spool", f"{spool} exists")
+    spool_from = getattr(ctx.settings, "origins", {}).get("spool")
+    ctx.add(OK, "spool", f"{spool} exists" + (f" (from {spool_from})" if spool_from else ""))
 
 
 # --------------------------------------------------------------------------------------------

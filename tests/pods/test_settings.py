@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from dataclasses import dataclass
 
@@ -41,7 +42,7 @@ def test_defaults():
 
 
 def test_from_config_types_and_fallbacks():
-    """Knobs parse to their types; CE name falls back to FULL_HOSTNAME, collector to CONDORCE_COLLECTOR_HOST."""
+    """Knobs parse to their types; CE name falls back to FULL_HOSTNAME, collector to the CE's COLLECTOR_HOST."""
     cfg = FakeConfig({
         "CE_K8S_NAMESPACE": "pilots",
         "CE_K8S_QPS": "12.5",
@@ -49,7 +50,7 @@ def test_from_config_types_and_fallbacks():
         "CE_K8S_IMAGE_PULL_POLICY": "always",
         "CE_K8S_PILOT_ENV": "\"A=1 B='two words'\"",
         "FULL_HOSTNAME": "ce.example.edu",
-        "CONDORCE_COLLECTOR_HOST": "ce.example.edu:9619",
+        "COLLECTOR_HOST": "ce.example.edu:9619",
         "CE_K8S_CPU_LIMIT": "1.5",
     })
     s = Settings.from_config(cfg)
@@ -72,8 +73,8 @@ def test_grid_resource_knob():
 
 
 def test_disable_pilot_ads_drops_the_collector():
-    """htcondor-ce.md checklist: CONDORCE_COLLECTOR_HOST unless DISABLE_PILOT_ADS."""
-    s = Settings.from_config(FakeConfig({"CONDORCE_COLLECTOR_HOST": "ce:9619", "DISABLE_PILOT_ADS": "True"}))
+    """HTCondor-CE's Env transform: CONDORCE_COLLECTOR_HOST=$(COLLECTOR_HOST) unless DISABLE_PILOT_ADS."""
+    s = Settings.from_config(FakeConfig({"COLLECTOR_HOST": "ce:9619", "DISABLE_PILOT_ADS": "True"}))
     assert s.collector_host == "" and s.disable_pilot_ads
 
 
@@ -103,14 +104,21 @@ def test_bad_knob_names_file_and_line(knob, value, fragment):
 
 
 def test_shipped_config_file_parses_to_the_defaults():
-    """config.d/40-ce-k8s-settings.conf documents exactly the built-in defaults."""
+    """config.d/40-ce-k8s-settings.conf documents exactly the built-in defaults (read alone, without a
+    CE whose SPOOL, COLLECTOR_HOST and ROUTED_JOB_MAX_TIME its knobs refer to)."""
+    from ce_k8s.condor.config import CondorConfig
+
+    text = (ROOT / "config.d" / "40-ce-k8s-settings.conf").read_text()
     values = {}
-    for line in (ROOT / "config.d" / "40-ce-k8s-settings.conf").read_text().splitlines():
+    for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             key, _, value = line.partition("=")
             values[key.strip()] = value.strip()
-    s = Settings.from_config(FakeConfig({**values, "CE_K8S_CE_NAME": "htcondor-ce"}))
-    assert s == Settings()
+    cfg = CondorConfig.from_text(text + "CE_K8S_CE_NAME = htcondor-ce\n", "40-ce-k8s-settings.conf")
+    s = Settings.from_config(cfg)
+    # The knobs that refer to a CE value take whatever the reader gives the CE's knob (tests/pods/test_settings_ce.py).
+    from_ce = {"spool", "collector_host", "default_walltime"}
+    assert dataclasses.replace(s, **{f: getattr(Settings(), f) for f in from_ce}) == Settings()
     documented = {k for k in values if k.startswith("CE_K8S_")}
     internals = (ROOT / "docs" / "internals.md").read_text()
     for knob in ("CE_K8S_NAMESPACE", "CE_K8S_SECRET_MAX_BYTES", "CE_K8S_DEFAULT_WALLTIME", "CE_K8S_INFO_HEADROOM"):
