@@ -22,8 +22,39 @@ Behaviour that was checked against ``htcondor2.param`` 25.14.1 on this machine:
   ``LOCAL_CONFIG_DIR_EXCLUDE_REGEXP`` (dot files, ``~`` backups, ``.rpmsave``, ``.py`` ...);
 * a relative ``include`` path is relative to the current directory, as in HTCondor.
 
-Security: nothing here ever runs a program. ``LOCAL_CONFIG_FILE = cmd |``, ``include command`` and
-``include : cmd |`` are recorded as warnings naming file and line and skipped.
+* ``NAME += value`` (HTCondor 25.11+; config.cpp ``Parse_macros``): when NAME already has a
+  non-empty value (its own, or its built-in default) the new value is that value, a space (or the
+  separator written between ``+`` and ``=``: ``+,=`` joins with ``,``, ``+&&=`` with `` && ``) and
+  the text; otherwise just the text. Self references in the text then expand as for ``=``;
+* ``$INT(X[,fmt])``, ``$REAL(X[,fmt])``, ``$STRING(X[,fmt])`` (config.cpp ``evaluate_macro_func``):
+  X is a knob name (else the text itself), expanded, then evaluated as a ClassAd expression. A value
+  that is not an integer/real expands to nothing (HTCondor logs an error and carries on); a
+  ``$STRING`` value that does not evaluate to a string is used as written; a bad format is
+  replaced by the format text;
+* ``use CATEGORY : NAME[(args)], ...`` (config.cpp ``read_meta_config``): the metaknob's text comes
+  from HTCondor's own table in the installed wheel (``param_meta_value`` in libcondor_utils, via
+  ctypes) and is read as configuration in place of the line, with ``$(0)``, ``$(1)``, ``$(1+)``,
+  ``$(0#)``, ``$(1?)`` arguments expanded (``expand_meta_args``); an unknown name is an error, as in
+  HTCondor;
+* ``if version >= X.Y.Z`` compares against the *modelled* HTCondor version (``version=``, default
+  the installed wheel's), not necessarily the wheel's.
+
+Two readers. ``CondorConfig.load(..., run_commands=True)`` (what ``ce-k8s route`` and ``routes
+check`` use) also runs HTCondor's own reader in a child process (ce_k8s.condor.htconfig): it runs
+the configuration's commands, exactly as the router does, and every value is taken from it; this
+parser then only supplies what HTCondor cannot give back: the NAME line of each knob, and the file
+line of each line of a raw ``@=`` body (``raw_lines``, ``line_of``), for the knobs whose value it
+read identically. A knob only HTCondor knows (set by a command's output, or by a line whose effect
+this parser does not model) gets as origin the line that ran the command (``Origin.via`` says
+which output line), or HTCondor's own source and line. Commands are run once, by HTCondor's reader
+only: that is what the router does on every (re)configuration, it gives HTCondor's exact process
+rules (argv splitting, environment, exit status) for free, and a line inside a program's output is
+not a place an admin can edit anyway; the command's line is. If HTCondor's reader refuses the
+configuration, its message becomes an ERROR diagnostic (the router would not start either).
+
+Without ``run_commands`` (the default, and ``--no-commands``) nothing here ever runs a program:
+``LOCAL_CONFIG_FILE = cmd |``, ``include command : cmd`` and ``include : cmd |`` become NOTE
+diagnostics naming file and line and the command whose output is missing.
 """
 
 from __future__ import annotations
@@ -33,11 +64,17 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, MutableSequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, overload
 
 import classad2
+
+from ce_k8s.condor.diagnostics import Diagnostic, Severity
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ce_k8s.condor import htconfig
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +93,8 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_./]+")
 _NUMBER_RE = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _IF_RE = re.compile(r"(if|elif|else|endif)(?:[ \t\n\v\f\r]+|$)", re.IGNORECASE)
 _LIST_SPLIT = re.compile(r"[\s,]+")
+_PLUS_SEPARATORS = ",;|&*"  # config.cpp CONFIG_PLUS_SEP_CHARSET: allowed between '+' and '=' of '+='
+_META_ARG = re.compile(r"\$\((\d+)([?#+]?)(?::([^)]*))?\)")
 
 #: HTCondor 25's LOCAL_CONFIG_DIR_EXCLUDE_REGEXP default (read from htcondor2.param 25.14.1).
 DEFAULT_EXCLUDE_REGEXP = (
@@ -64,13 +103,22 @@ DEFAULT_EXCLUDE_REGEXP = (
 )
 
 
-def _condor_version() -> tuple[int, int, int]:
-    """The HTCondor version `if version ...` compares against: the installed wheel's (25.x)."""
+Version = tuple[int, int, int]
+
+
+def parse_version(text: str) -> Version:
+    """``X.Y.Z`` (or ``X.Y``, ``vX.Y.Z``, ``25.14.1-1.el9``) as a tuple; ValueError otherwise."""
+    m = re.match(r"\s*[vV]?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        raise ValueError(f"not an HTCondor version: {text!r} (expected X.Y.Z)")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
+def installed_version() -> Version:
+    """The installed htcondor wheel's version (``classad2.version()``): what ce-k8s models by default."""
     try:
-        parts = [int(p) for p in re.findall(r"\d+", classad2.version())[:3]]
-        if len(parts) == 3:
-            return (parts[0], parts[1], parts[2])
-    except Exception:  # pragma: no cover - defensive: an odd version string
+        return parse_version(re.sub(r"^\D+", "", classad2.version()))
+    except ValueError:  # pragma: no cover - defensive: an odd version string
         log.debug("unparsable classad2 version, assuming 25.0.0")
     return (25, 0, 0)
 
@@ -113,13 +161,58 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a knob was set: the file and the line holding its NAME."""
+    """Where a knob was set: the file and the line holding its NAME.
+
+    ``via`` says how, when that line did not itself hold the value: ``use security : recommended``
+    or ``line 3 of the output of `cmd |```. It is not part of equality or of ``str()``.
+    """
 
     file: str
     line: int
+    via: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+class _LegacyWarnings(MutableSequence[str]):
+    """``CondorConfig.warnings``: the WARNING and ERROR diagnostics as ``file:line: message`` strings.
+
+    Code written before severities reads and extends this list; appending a string adds a WARNING.
+    NOTEs are left out: they never made ``routes check`` fail and must not start to.
+    """
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self._diagnostics = diagnostics
+
+    def _visible(self) -> list[Diagnostic]:
+        return [d for d in self._diagnostics if d.severity >= Severity.WARNING]
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index):
+        texts = [f"{d.file}:{d.line}: {d.message}" for d in self._visible()]
+        return texts[index]
+
+    def __len__(self) -> int:
+        return len(self._visible())
+
+    def __setitem__(self, index, value) -> None:  # pragma: no cover - nobody edits warnings in place
+        raise TypeError("CondorConfig.warnings is a view of CondorConfig.diagnostics")
+
+    def __delitem__(self, index) -> None:  # pragma: no cover - see __setitem__
+        raise TypeError("CondorConfig.warnings is a view of CondorConfig.diagnostics")
+
+    def insert(self, index: int, value: str) -> None:
+        self._diagnostics.append(Diagnostic.from_text(value, Severity.WARNING))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 @dataclass
@@ -264,6 +357,106 @@ def _split_list(value: str) -> list[str]:
     return [item for item in _LIST_SPLIT.split(value.strip()) if item]
 
 
+_PRINTF = re.compile(r"^([^%]*)%([-+ #0]*\d*(?:\.\d*)?)(?:l{0,2}|h{0,2}|[jzt]?)([a-zA-Z])(.*)$", re.DOTALL)
+_PRINTF_KINDS = {"d": "di", "f": "eEfFgG", "s": "s"}
+
+
+def _c_format(fmt: str, value: object, kind: str, where: Origin) -> str:
+    """printf ``fmt`` with one conversion of ``kind`` (validatePrintfFormat); a bad format yields itself."""
+    m = _PRINTF.match(fmt)
+    if m is None or "%" in m.group(4).replace("%%", "") or m.group(3) not in _PRINTF_KINDS[kind]:
+        log.warning("%s: %r is not a valid format specifier; HTCondor uses the format text itself", where, fmt)
+        return fmt
+    conversion = m.group(3).replace("i", "d")
+    return m.group(1) + ("%" + m.group(2) + conversion) % value + m.group(4).replace("%%", "%")
+
+
+def _format_g16(value: float) -> str:
+    """C's ``%.16G``."""
+    return f"{value:.16G}"
+
+
+def _classad_number(text: str, integer: bool) -> float | int | None:
+    """string_is_long_param / string_is_double_param (condor_config.cpp): a literal, else a ClassAd
+    expression evaluating to a number (booleans count; an integer truncates a real)."""
+    stripped = text.strip(_WS)
+    try:
+        return int(stripped) if integer else float(stripped)
+    except ValueError:
+        pass
+    try:
+        value = classad2.ExprTree(text).eval()
+    except Exception:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float) and not isinstance(value, classad2.Value):
+        return int(value) if integer else float(value)
+    return None
+
+
+def _metaknob_items(rhs: str) -> list[tuple[str, str | None]]:
+    """The ``NAME`` or ``NAME(args)`` items of a ``use`` line (config.cpp ``MetaKnobAndArgs``):
+    separated by commas or spaces; arguments run to the matching ``)``, nesting ``()`` and ``[]``."""
+    items: list[tuple[str, str | None]] = []
+    i, n = 0, len(rhs)
+    while i < n:
+        while i < n and (rhs[i] in _WS or rhs[i] == ","):
+            i += 1
+        start = i
+        while i < n and rhs[i] not in _WS and rhs[i] not in ",(":
+            i += 1
+        if i == start:
+            break
+        name = rhs[start:i]
+        while i < n and rhs[i] in _WS:
+            i += 1
+        args: str | None = None
+        if i < n and rhs[i] == "(":
+            depth, j = 0, i
+            while j < n:
+                if rhs[j] in "([":
+                    depth += 1
+                elif rhs[j] in ")]":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            if j < n and rhs[j] == ")":
+                args = rhs[i + 1 : j]
+                i = j
+            i += 1
+            while i < n and rhs[i] in _WS:
+                i += 1
+        items.append((name, args))
+    return items
+
+
+def _expand_meta_args(text: str, argstr: str) -> str:
+    """``$(0)`` all arguments, ``$(N)`` the Nth, ``$(N+)`` the Nth and later, ``$(0#)`` how many,
+    ``$(N?)`` 1 or 0 for whether the Nth is non-empty, ``:default`` after any (config.cpp ``expand_meta_args``)."""
+    args = [a.strip(_WS) for a in argstr.split(",")] if argstr.strip(_WS) else []
+
+    def one(m: re.Match[str]) -> str:
+        index, suffix, default = int(m.group(1)), m.group(2), m.group(3)
+        if index <= 0:
+            value = str(len(args)) if suffix in ("#", "+") else argstr
+        elif suffix in ("#", "+"):
+            value = ", ".join(args[index - 1 :]) if len(args) >= index else ""
+            if not value and default is not None:
+                value = default
+        elif len(args) >= index:
+            value = args[index - 1]
+        else:
+            value = default or ""
+        value = value.strip(_WS)
+        if suffix == "?":
+            return "1" if value else "0"
+        return value
+
+    return _META_ARG.sub(one, text)
+
+
 class _IfFrame:
     __slots__ = ("else_seen", "line", "state", "taken")
 
@@ -277,47 +470,161 @@ class _IfFrame:
 class CondorConfig:
     """An HTCondor configuration: knob name (case-insensitive) -> raw value, origin and lines."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None, *, version: Version | None = None,
+                 subsystem: str | None = "JOB_ROUTER") -> None:
         self._table: dict[str, _Entry] = {}
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self._builtin_cache: dict[str, str] = {}
-        #: "file:line: message" for non-fatal problems (commands skipped, obsolete syntax ...).
-        self.warnings: list[str] = []
+        #: non-fatal findings of the reader (commands not run, obsolete syntax, HTCondor's refusal ...).
+        self.diagnostics: list[Diagnostic] = []
         #: every file read, in order (like ``condor_config_val -config``).
         self.sources: list[str] = []
+        #: the HTCondor version modelled: ``if version`` and old-syntax routes follow it.
+        self.version: Version = installed_version() if version is None else version
+        #: the daemon whose view is modelled: ``SUBSYS.NAME`` wins over ``NAME`` in lookups.
+        self.subsystem = subsystem
+        #: (line that runs it, the command) for every configuration command met, run or not.
+        self.commands: list[tuple[Origin, str]] = []
+        #: True once HTCondor's own reader supplied the values (``load(run_commands=True)``).
+        self.read_by_htcondor = False
+        self._version_sensitive: Origin | None = None  # an `if version` the installed wheel decides differently
+        self._pin: Origin | None = None  # metaknob text: every knob it sets is placed at the `use` line
+        self._if_where: Origin | None = None  # the if/elif line being tested
+
+    @property
+    def warnings(self) -> MutableSequence[str]:
+        """The legacy view: WARNING/ERROR diagnostics as ``file:line: message`` strings."""
+        return _LegacyWarnings(self.diagnostics)
+
+    def _diag(self, severity: Severity, where: Origin | None, message: str) -> None:
+        where = where or Origin("<config>", 0)
+        self.diagnostics.append(Diagnostic(where.file, where.line, severity, message))
 
     # ---- construction ------------------------------------------------------------------
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
+        cls, path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
+        run_commands: bool = False, version: Version | None = None,
     ) -> CondorConfig:
         """Read a condor_config file (then its LOCAL_CONFIG_DIR/LOCAL_CONFIG_FILE), or a directory
         of config files, or (``None``) the shipped default: config.d/ then routes/.
 
-        ``_CONDOR_<KNOB>`` environment variables override files, as in HTCondor.
+        ``_CONDOR_<KNOB>`` environment variables override files, as in HTCondor. ``run_commands``
+        reads with HTCondor's own reader as well (it runs the configuration's commands; see the
+        module docstring); ``version`` is the HTCondor version modelled (default: the installed one).
         """
-        cfg = cls(environ)
+        cfg = cls(environ, version=version)
+        root: str | None = None
+        dirs: list[Path] = []
         if path is None:
-            dirs = default_config_paths()
-            if not any(d.is_dir() for d in dirs):
+            dirs = [d for d in default_config_paths() if d.is_dir()]
+            if not dirs:
                 raise ConfigError(
-                    "<default>", 0, "embedded default configuration not found in " + ", ".join(map(str, dirs))
+                    "<default>", 0,
+                    "embedded default configuration not found in " + ", ".join(map(str, default_config_paths())),
                 )
-            for d in dirs:
-                if d.is_dir():
-                    cfg._read_dir(d, None)
         else:
             p = Path(path)
             if p.is_dir():
-                cfg._read_dir(p, None)
+                dirs = [p]
             elif p.exists():  # a file, or /dev/null (what htcondor2 sets when it finds no config)
-                cfg._read_file(p, 0)
+                root = str(p)
             else:
                 raise ConfigError(str(p), 0, "configuration file not found")
-        cfg._read_locals()
-        cfg._apply_environment()
+        pending = None
+        if run_commands:
+            from ce_k8s.condor import htconfig
+
+            pending = htconfig.start_reader(root, dirs, environ=environ)
+        try:
+            if root is not None:
+                cfg._read_file(Path(root), 0)
+            for d in dirs:
+                cfg._read_dir(d, None)
+            cfg._read_locals()
+            cfg._apply_environment()
+        except ConfigError as exc:
+            if pending is None:
+                raise
+            result = pending.result()
+            if result.error is not None:
+                raise
+            # HTCondor read what this parser could not (e.g. a path only a command's output defines):
+            # HTCondor is the reference, so its values are used, with its own origins.
+            cfg._table.clear()
+            cfg._diag(Severity.NOTE, Origin(exc.file, exc.line),
+                      f"ce-k8s's own reader stopped here ({exc.message}) but HTCondor's reader did not; "
+                      "the values are HTCondor's, without line numbers inside @= bodies")
+            cfg._adopt(result)
+            return cfg
+        if pending is not None:
+            cfg._adopt(pending.result())
+        cfg._note_commands()
         return cfg
+
+    def _adopt(self, result: htconfig.HTReadResult) -> None:
+        """Take every value from HTCondor's reader, keeping our origin and line map where we agree."""
+        from ce_k8s.condor import htconfig
+
+        if result.error is not None:
+            where = Origin(self.sources[0] if self.sources else "<config>", 0)
+            self._diag(Severity.ERROR, where, "HTCondor's configuration reader refuses this configuration, so the "
+                       f"job router would not start: {result.error}")
+            return
+        if self._version_sensitive is not None and self.version != installed_version():
+            self._diag(Severity.NOTE, self._version_sensitive,
+                       f"this `if version` is decided differently by the installed HTCondor "
+                       f"{'.'.join(map(str, installed_version()))} and the modelled "
+                       f"{'.'.join(map(str, self.version))}, so HTCondor's reader cannot speak for the modelled "
+                       "version: the values are ce-k8s's own and the configuration's commands were not run")
+            return
+        commands: dict[str, Origin] = {}
+        for where, command in self.commands:
+            commands.setdefault(command, where)
+        table: dict[str, _Entry] = {}
+        for knob in result.knobs:
+            if knob.source == htconfig.DETECTED_SOURCE:
+                self._builtin_cache[knob.name.upper()] = knob.value
+                continue
+            if result.synthetic_root is not None and knob.source == result.synthetic_root:
+                continue  # the LOCAL_CONFIG_DIR line written to read a directory input
+            key = knob.name.lower()
+            ours = self._table.get(key)
+            if ours is not None and ours.value == knob.value:
+                table[key] = ours
+                continue
+            if ours is not None:
+                log.debug("%s: ce-k8s read %r, HTCondor %r; HTCondor's value is used", knob.name, ours.value,
+                          knob.value)
+            table[key] = _Entry(ours.name if ours else knob.name, knob.value, self._ht_origin(knob, commands))
+        ordered = {k: table[k] for k in self._table if k in table}
+        ordered.update((k, e) for k, e in table.items() if k not in ordered)
+        self._table = ordered
+        self.read_by_htcondor = True
+
+    @staticmethod
+    def _ht_origin(knob: htconfig.HTKnob, commands: Mapping[str, Origin]) -> Origin:
+        from ce_k8s.condor import htconfig
+
+        command = commands.get(knob.source)
+        if command is not None:
+            return Origin(command.file, command.line, f"line {knob.line} of the output of `{knob.source}`")
+        if knob.source == htconfig.ENVIRONMENT_SOURCE:
+            return Origin("<environment>", 0)
+        if knob.source.rstrip().endswith("|"):
+            return Origin(knob.source, knob.line, f"line {knob.line} of the output of `{knob.source}`")
+        if knob.meta_id >= 0:
+            return Origin(knob.source, knob.line, "the metaknob used on this line")
+        return Origin(knob.source, knob.line)
+
+    def _note_commands(self) -> None:
+        """A NOTE per configuration command whose output was not read (HTCondor's reader did not run)."""
+        if self.read_by_htcondor:
+            return
+        for where, command in self.commands:
+            self._diag(Severity.NOTE, where, f"the configuration runs the command `{command}` and reads its "
+                       "output as configuration; it was not run (--no-commands), so the knobs it sets are missing")
 
     @classmethod
     def from_text(
@@ -326,6 +633,7 @@ class CondorConfig:
         """Parse configuration text (no LOCAL_CONFIG_* processing, no environment overrides)."""
         cfg = cls(environ)
         cfg.read_text(text, name)
+        cfg._note_commands()
         return cfg
 
     def read_text(self, text: str, name: str = "<string>") -> None:
@@ -334,11 +642,13 @@ class CondorConfig:
 
     def copy(self) -> CondorConfig:
         """An independent copy (``converted_config`` edits a copy, never the caller's object)."""
-        new = CondorConfig(self._environ)
+        new = CondorConfig(self._environ, version=self.version, subsystem=self.subsystem)
         new._table = {k: _Entry(e.name, e.value, e.origin, e.lines, e.segments) for k, e in self._table.items()}
         new._builtin_cache = dict(self._builtin_cache)
-        new.warnings = list(self.warnings)
+        new.diagnostics = list(self.diagnostics)
         new.sources = list(self.sources)
+        new.commands = list(self.commands)
+        new.read_by_htcondor = self.read_by_htcondor
         return new
 
     def unset(self, name: str) -> None:
@@ -347,9 +657,18 @@ class CondorConfig:
 
     # ---- queries -----------------------------------------------------------------------
 
+    def _entry(self, name: str) -> _Entry | None:
+        """The knob's entry as the modelled daemon looks it up: ``SUBSYS.NAME`` first (config.cpp
+        ``lookup_macro``), then ``NAME``."""
+        if self.subsystem and "." not in name:
+            entry = self._table.get(f"{self.subsystem}.{name}".lower())
+            if entry is not None:
+                return entry
+        return self._table.get(name.lower())
+
     def raw(self, name: str) -> str | None:
         """The unexpanded value (``param_unexpanded``), or None when not defined at all."""
-        entry = self._table.get(name.lower())
+        entry = self._entry(name)
         if entry is not None:
             return entry.value
         return self._builtin(name)
@@ -410,7 +729,7 @@ class CondorConfig:
 
     def origin(self, name: str) -> Origin | None:
         """Where the knob was set (file, line of the NAME); built-ins report ``<built-in default>``."""
-        entry = self._table.get(name.lower())
+        entry = self._entry(name)
         if entry is not None:
             return entry.origin
         if name.upper() in _BUILTIN_DEFAULTS:
@@ -423,7 +742,7 @@ class CondorConfig:
         For an ``@=`` block these are the kept lines (comments and blank lines are gone, as in
         HTCondor), each with the line it came from; otherwise one line at the NAME's line.
         """
-        entry = self._table.get(name.lower())
+        entry = self._entry(name)
         if entry is None:
             return None
         if entry.lines is not None:
@@ -432,7 +751,7 @@ class CondorConfig:
 
     def line_of(self, name: str, offset: int) -> int | None:
         """File line holding character ``offset`` of the raw value (continuations and @= blocks)."""
-        entry = self._table.get(name.lower())
+        entry = self._entry(name)
         if entry is None:
             return None
         line = entry.origin.line
@@ -499,15 +818,50 @@ class CondorConfig:
                 if env_value is None and m.default is None:
                     env_value = "UNDEFINED"
                 rep = env_value if env_value else (m.default or "")
+            elif m.func in ("INT", "REAL", "STRING"):
+                rep = self._typed_macro(m.func, m.body, stack, where)
             else:
                 raise ConfigError(
                     where.file,
                     where.line,
-                    f"${m.func}(...) is not supported by ce-k8s (it expands $(X), $(X:default), "
-                    "$ENV(X) and $(DOLLAR))",
+                    f"${m.func}(...) is not supported by ce-k8s (it expands $(X), $(X:default), $ENV(X), "
+                    "$INT(), $REAL(), $STRING() and $(DOLLAR))",
                 )
             s = s[: m.start] + rep + s[m.end :]
             pos = m.start  # HTCondor rescans from the substitution point
+
+    def _typed_macro(self, func: str, body: str, stack: tuple[str, ...], where: Origin) -> str:
+        """``$INT(X[,fmt])``, ``$REAL(X[,fmt])``, ``$STRING(X[,fmt])`` (config.cpp ``evaluate_macro_func``).
+
+        X names a knob (else it is the text itself), which is expanded and evaluated as a ClassAd
+        expression. HTCondor's failures are not fatal: a value that is not a number expands to
+        nothing, a bad format to the format's own text (``might_EXCEPT`` logs and carries on).
+        """
+        name, comma, fmt = body.partition(",")
+        value = self.raw(name)
+        if value is None:
+            value = name
+        if "$" in value:
+            value = self._expand(value, stack, where)
+        if func == "STRING":
+            try:
+                result = classad2.ExprTree(value).eval()
+            except Exception:
+                result = None
+            if isinstance(result, str):
+                value = result
+            return _c_format(fmt, value, "s", where) if comma else value
+        number = _classad_number(value, func == "INT")
+        if number is None:
+            log.warning("%s: $%s(%s): %s does not evaluate to %s; HTCondor expands it to nothing", where, func, body,
+                        value, "an integer" if func == "INT" else "a real")
+            return ""
+        if func == "INT":
+            return _c_format(fmt, int(number), "d", where) if comma else str(int(number))
+        if not comma:
+            return _format_g16(float(number))
+        text = _c_format(fmt, float(number), "f", where)
+        return text if "." in text or text == fmt else text + ".0"
 
     @staticmethod
     def _finish(text: str) -> str:
@@ -545,6 +899,8 @@ class CondorConfig:
 
     def _insert(self, name: str, value: str, origin: Origin, lines: tuple[tuple[int, str], ...] | None,
                 segments: Segments = ()) -> None:
+        if self._pin is not None:  # set by a metaknob's text: placed at the `use` line
+            origin, lines, segments = self._pin, None, ()
         key = name.lower()
         entry = self._table.get(key)
         if entry is None:
@@ -578,7 +934,8 @@ class CondorConfig:
         except OSError as exc:
             if where is None:
                 raise ConfigError(str(directory), 0, f"cannot open directory: {exc.strerror}") from exc
-            self.warnings.append(f"{where}: cannot open LOCAL_CONFIG_DIR {directory}: {exc.strerror}")
+            self._diag(Severity.NOTE, where, f"cannot open LOCAL_CONFIG_DIR {directory}: {exc.strerror}; "
+                       "HTCondor skips it silently")
             return
         files = []
         for entry in entries:
@@ -606,7 +963,7 @@ class CondorConfig:
         for d in _split_list(value):
             path = Path(d)
             if not path.is_dir():
-                self.warnings.append(f"{where}: LOCAL_CONFIG_DIR {d} is not a directory; skipped")
+                self._diag(Severity.NOTE, where, f"LOCAL_CONFIG_DIR {d} is not a directory; HTCondor skips it")
                 continue
             self._read_dir(path, where)
 
@@ -619,10 +976,12 @@ class CondorConfig:
         while True:
             where = self.origin("LOCAL_CONFIG_FILE") or Origin("<LOCAL_CONFIG_FILE>", 0)
             if "|" in value:
-                self.warnings.append(
-                    f"{where}: LOCAL_CONFIG_FILE = {value.strip()} is a command; ce-k8s never runs "
-                    "commands from the configuration, so its output is not read"
-                )
+                # condor_config.cpp process_locals: a value with a '|' is one command, not a list
+                command = value.strip(_WS)
+                if not command.endswith("|"):
+                    raise ConfigError(where.file, where.line, f"LOCAL_CONFIG_FILE = {command}: not a valid command, "
+                                      "| must be at the end")
+                self.commands.append((where, command))
                 return
             remaining = [s for s in _split_list(value) if s not in done]
             if not remaining:
@@ -715,6 +1074,7 @@ class CondorConfig:
         frame.taken = frame.taken or ok
 
     def _test_if(self, expr: str, src: str, lineno: int, kw: str) -> bool:
+        self._if_where = self._pin or Origin(src, lineno)
         expanded = False
         if "$" in expr:
             expr = self._finish(self._expand(expr, (), Origin(src, lineno))).rstrip(_WS)
@@ -731,6 +1091,21 @@ class CondorConfig:
             raise ConfigError(src, lineno, f"{e} is not a valid {kw} condition because {exc}") from None
         return value != inverted
 
+    @staticmethod
+    def _defined_use(ref: str) -> bool:
+        """``if defined use CATEGORY[:NAME]`` (config.cpp ``Test_config_if_expression``)."""
+        from ce_k8s.condor import htconfig
+
+        if any(c in ref for c in " \t\r"):
+            raise ValueError("defined use meta argument with internal spaces will never match")
+        category, _colon, name = ref.partition(":")
+        try:
+            if not htconfig.metaknob_category_exists(category):
+                return False
+            return not name or htconfig.metaknob_text(category, name) is not None
+        except htconfig.MetaknobsUnavailable:
+            return False
+
     def _eval_if(self, e: str) -> bool:
         low = e.lower()
         if _NUMBER_RE.fullmatch(e):
@@ -740,7 +1115,7 @@ class CondorConfig:
         if low in ("false", "no", "f"):
             return False
         if low.startswith("version") and (len(e) == 7 or not (e[7].isalnum() or e[7] == "_")):
-            return self._eval_version(e[7:].strip(_WS))
+            return self._eval_version(e[7:].strip(_WS), self._if_where)
         if low.startswith("defined") and (len(e) == 7 or e[7] in _WS):
             arg = e[7:].strip(_WS)
             if not arg:
@@ -755,14 +1130,16 @@ class CondorConfig:
             if _NUMBER_RE.fullmatch(arg):
                 return True
             if arg.lower().startswith("use "):
-                return False  # metaknobs are not modelled: nothing is "defined use ..."
+                return self._defined_use(arg[4:].lstrip(_WS))
             raise ValueError("defined argument must be param name, boolean, or number")
         if _NAME_RE.fullmatch(e):
             raise ValueError("expression is not a conditional")
         raise ValueError("complex conditionals are not supported")
 
-    @staticmethod
-    def _eval_version(rest: str) -> bool:
+    def _eval_version(self, rest: str, where: Origin | None = None) -> bool:
+        """``if version [op] X.Y[.Z]`` (config.cpp ``Evaluate_config_if_version``) against the modelled
+        version; remembers a test the installed wheel would decide differently (HTCondor's reader
+        then cannot speak for the modelled version)."""
         negated = rest.startswith("!")
         if negated:
             rest = rest[1:]
@@ -780,11 +1157,45 @@ class CondorConfig:
         m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", rest)
         if not m or int(m.group(1)) < 6:
             raise ValueError("the version literal is invalid")
-        ours = _condor_version()
-        theirs = (int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else ours[2])
-        diff = (ours > theirs) - (ours < theirs)
-        result = diff == op or (or_equal and diff == 0)
-        return not result if negated else result
+
+        def decide(ours: Version) -> bool:
+            theirs = (int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else ours[2])
+            diff = (ours > theirs) - (ours < theirs)
+            result = diff == op or (or_equal and diff == 0)
+            return not result if negated else result
+
+        modelled = decide(self.version)
+        if where is not None and self._version_sensitive is None and decide(installed_version()) != modelled:
+            self._version_sensitive = where
+        return modelled
+
+    def _use(self, origin: Origin, category: str, rhs: str, depth: int) -> None:
+        """``use CATEGORY : NAME[(args)], ...`` (config.cpp ``read_meta_config``): each metaknob's text,
+        from HTCondor's own table, read as configuration in place of this line."""
+        from ce_k8s.condor import htconfig
+
+        category = category.strip(_WS)
+        if not category:
+            raise ConfigError(origin.file, origin.line, f"use needs a keyword before : {rhs}")
+        if depth + 1 >= _MAX_INCLUDE_DEPTH:
+            raise ConfigError(origin.file, origin.line, f"use {category}: {rhs} nesting too deep")
+        for knob, args in _metaknob_items(rhs):
+            try:
+                text = htconfig.metaknob_text(category, knob)
+            except htconfig.MetaknobsUnavailable as exc:
+                self._diag(Severity.NOTE, origin, f"use {category} : {knob} was not expanded: HTCondor's metaknob "
+                           f"table could not be loaded ({exc}); the knobs it sets are missing")
+                continue
+            if text is None:
+                raise ConfigError(origin.file, origin.line, f"use {category}: does not recognise {knob}")
+            if args is not None or _META_ARG.search(text):
+                text = _expand_meta_args(text, args or "")
+            previous = self._pin
+            self._pin = previous or Origin(origin.file, origin.line, f"use {category} : {knob}")
+            try:
+                self._read_source(f"<use {category}:{knob}>", text, depth + 1)
+            finally:
+                self._pin = previous
 
     def _statement(self, src: str, lineno: int, line: str, depth: int,
                    segs: Segments = ()) -> tuple[str, str, Origin] | None:
@@ -799,6 +1210,7 @@ class CondorConfig:
             raise ConfigError(src, lineno, f"expected 'NAME = value', found {line!r}")
         name = line[:i]
         extra = ""
+        plus_sep = ""
         if line[i] in "=:":
             op = line[i]
             j = i + 1
@@ -807,7 +1219,7 @@ class CondorConfig:
             while j < n and line[j] in _WS:
                 j += 1
             word = j
-            while j < n and line[j] not in "=:@":
+            while j < n and line[j] not in "=:@+":
                 j += 1
             extra = line[word:j].strip(_WS)
             if j == n:
@@ -819,6 +1231,15 @@ class CondorConfig:
                     j += 1
                 else:
                     raise ConfigError(src, lineno, f"syntax error, '@' must be followed by '=' in {line!r}")
+            elif op == "+":
+                # config.cpp Parse_macros: '+', an optional separator (once or twice), then '='
+                if j < n and line[j] in _PLUS_SEPARATORS:
+                    plus_sep = line[j] * (2 if j + 1 < n and line[j + 1] == line[j] else 1)
+                    j += len(plus_sep)
+                if j < n and line[j] == "=":
+                    j += 1
+                else:
+                    raise ConfigError(src, lineno, f"syntax error, '+' must be followed by '=' in {line!r}")
         rhs = line[j:].lstrip(_WS)
         origin = Origin(src, lineno)
         keyword = (name[1:] if name.startswith("@") else name).lower()
@@ -826,24 +1247,32 @@ class CondorConfig:
             self._include(src, lineno, extra, rhs, depth)
             return None
         if op == ":" and keyword == "use":
-            self.warnings.append(f"{origin}: 'use {extra}: {rhs}' (a metaknob) is not supported; ignored")
+            self._use(origin, self.expand(extra, origin) if "$" in extra else extra, rhs, depth)
             return None
         if op == ":" and keyword == "error":
             raise ConfigError(src, lineno, f"Error: {self.expand(rhs, origin)}")
         if op == ":" and keyword == "warning":
-            self.warnings.append(f"{origin}: Warning: {self.expand(rhs, origin)}")
+            self._diag(Severity.WARNING, origin, f"Warning: {self.expand(rhs, origin)}")
             return None
         if op == ":":
-            self.warnings.append(f"{origin}: obsolete use of ':' for parameter assignment at {name} : {rhs}")
+            self._diag(Severity.WARNING, origin, f"obsolete use of ':' for parameter assignment at {name} : {rhs}")
         if extra:
-            self.warnings.append(f"{origin}: text {extra!r} between {name} and '{op}' is ignored")
+            self._diag(Severity.WARNING, origin, f"text {extra!r} between {name} and '{op}' is ignored")
         if "$" in name:
             name = self.expand(name, origin)
         if not _NAME_RE.fullmatch(name):
             raise ConfigError(src, lineno, f"illegal identifier: <{name}>")
         if op == "@":
             return (name, rhs, origin)
-        self._insert(name, self._expand_self(rhs, name, origin), origin, None, _shift(segs, len(line) - len(rhs)))
+        segments = _shift(segs, len(line) - len(rhs))
+        if op == "+":
+            previous = self.raw(name)  # lookup_macro: the knob's value, else its default
+            if previous:
+                joint = f" {plus_sep} " if len(plus_sep) == 2 else (plus_sep or " ")
+                prefix = previous + joint
+                rhs = prefix + rhs
+                segments = ((0, lineno), *((off + len(prefix), ln) for off, ln in segments))
+        self._insert(name, self._expand_self(rhs, name, origin), origin, None, segments)
         return None
 
     def _include(self, src: str, lineno: int, options: str, rhs: str, depth: int) -> None:
@@ -862,10 +1291,13 @@ class CondorConfig:
             raise ConfigError(src, lineno, f"unexpected keyword(s) '{options}' after include")
         target = self.expand(rhs, Origin(src, lineno)).strip(_WS)
         if is_command or "|" in target:
-            self.warnings.append(
-                f"{src}:{lineno}: 'include' of a command ({target}) skipped: ce-k8s never runs commands "
-                "from the configuration"
-            )
+            # config.cpp fixup_pipe_source / Open_macro_source: `include command : cmd` is named
+            # "cmd |"; a source with a '|' is a command only if it ends with one
+            if "|" not in target:
+                target += " |"
+            elif not target.endswith("|"):
+                raise ConfigError(src, lineno, "not a valid command, | must be at the end")
+            self.commands.append((Origin(src, lineno), target))
             return
         if not target:
             raise ConfigError(src, lineno, "include needs a file name")

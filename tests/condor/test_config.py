@@ -20,6 +20,7 @@ from ce_k8s.condor.config import (
     Origin,
     default_config_paths,
 )
+from ce_k8s.condor.diagnostics import Severity
 
 
 def cfg_of(text: str, name: str = "test.conf", **kw) -> CondorConfig:
@@ -182,14 +183,24 @@ def test_relative_include_is_relative_to_the_working_directory(tmp_path, monkeyp
     assert cfg_of("include : sub/rel.conf\n").get("REL") == "ok"
 
 
-def test_include_command_is_refused_with_a_warning(tmp_path):
+def test_include_command_is_not_run_and_noted_by_the_parser_alone(tmp_path):
+    """config.cpp fixup_pipe_source: `include command : cmd` is the source "cmd |"; without HTCondor's
+    reader nothing runs and a NOTE names the line and the command whose output is missing."""
     marker = tmp_path / "ran"
     c = cfg_of(f"include command : touch {marker}\ninclude : touch {marker} |\nA = 1\n")
     assert not marker.exists()
-    assert len(c.warnings) == 2
-    assert c.warnings[0].startswith("test.conf:1: ") and "never runs commands" in c.warnings[0]
-    assert c.warnings[1].startswith("test.conf:2: ")
+    assert c.warnings == []  # a NOTE, not a warning: the router itself runs them without complaint
+    notes = [d for d in c.diagnostics if d.severity == Severity.NOTE]
+    assert [(d.file, d.line) for d in notes] == [("test.conf", 1), ("test.conf", 2)]
+    assert f"`touch {marker} |`" in notes[0].message and "not run (--no-commands)" in notes[0].message
+    assert c.commands == [(Origin("test.conf", 1), f"touch {marker} |"), (Origin("test.conf", 2), f"touch {marker} |")]
     assert c.get("A") == "1"
+
+
+def test_command_source_with_a_pipe_not_at_the_end_is_an_error():
+    """config.cpp Open_macro_source: is_valid_command wants the '|' last."""
+    with pytest.raises(ConfigError, match=r"test.conf:1: not a valid command, \| must be at the end"):
+        cfg_of("include : echo a | cat\n")
 
 
 def test_bad_include_keyword_is_an_error():
@@ -313,8 +324,8 @@ def test_loop_through_a_default_is_caught():
 
 
 def test_unsupported_macro_function_is_a_clear_error():
-    with pytest.raises(ConfigError, match=r"test.conf:1: \$INT\(\.\.\.\) is not supported"):
-        cfg_of("I = $INT(A)\n").get("I")
+    with pytest.raises(ConfigError, match=r"test.conf:1: \$RANDOM_CHOICE\(\.\.\.\) is not supported"):
+        cfg_of("I = $RANDOM_CHOICE(a,b)\n").get("I")
 
 
 def test_environment_for_env_macro_can_be_injected():
@@ -420,8 +431,10 @@ def test_local_config_file_list_missing_file_and_command(tmp_path):
     root.write_text(f"LOCAL_CONFIG_FILE = /bin/touch {marker} |\n")
     c = CondorConfig.load(root)
     assert not marker.exists()
-    assert c.warnings[0].startswith(f"{root}:1: LOCAL_CONFIG_FILE = /bin/touch")
-    assert "never runs commands" in c.warnings[0]
+    assert [str(d) for d in c.diagnostics] == [
+        f"{root}:1: note: the configuration runs the command `/bin/touch {marker} |` and reads its output as "
+        "configuration; it was not run (--no-commands), so the knobs it sets are missing"
+    ]
 
 
 def test_local_config_file_may_extend_its_own_list(tmp_path):

@@ -1,0 +1,221 @@
+"""HTCondor's own configuration reader, run in a child process: every knob as the job router stores it.
+
+Why a child: ``htcondor2.reload_config()`` reads ``CONDOR_CONFIG`` once per process and, on a broken
+configuration, prints HTCondor's error and exits the process (docs/internals.md, "ce_k8s.condor.config").
+Why HTCondor's reader at all: it runs the configuration's commands (``LOCAL_CONFIG_FILE = cmd |``,
+``include command : cmd``) exactly as the router does (condor_config.cpp ``process_locals`` /
+``process_config_source``, config.cpp ``Open_macro_source``: argv split by ``ArgList``, no shell, the
+caller's environment and working directory, a failing ``LOCAL_CONFIG_FILE`` command is fatal, the
+exit status of an ``include command`` is ignored), expands metaknobs from its own table, and
+applies ``+=``, ``if``/``elif`` and self references with its own code.
+
+The child sets the subsystem to ``JOB_ROUTER`` before reading (``htcondor2.set_subsystem``), so
+``$(SUBSYSTEM)`` and ``JOB_ROUTER.`` prefixed self references resolve as the router sees them, then
+walks HTCondor's table with ``foreach_param`` (condor_config.cpp) and reports, for every knob a
+config source set, the *raw* stored value (``hash_iter_value``: unexpanded, as ``param_unexpanded``
+returns it) and where it was set (``hash_iter_meta`` + ``config_source_by_id``: file and line, the
+command string for command output, and the metaknob id for knobs a ``use`` line set). These
+functions take and return C types (a ``HASHITER&`` is a pointer), so ctypes can call them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Seconds HTCondor's reader may take; a configuration command that hangs hangs the router too.
+READER_TIMEOUT = 120.0
+#: HTCondor's name for the built-in values it detects (hostnames, OS, ...).
+DETECTED_SOURCE = "<Detected>"
+ENVIRONMENT_SOURCE = "<Environment>"
+
+# Runs in ``python -I``: imports only htcondor2, ctypes, glob, json, os, sys.
+_CHILD = r"""
+import ctypes, glob, json, os, sys
+import htcondor2
+htcondor2.set_subsystem(sys.argv[1])
+htcondor2.reload_config()
+libs = os.path.join(os.path.dirname(os.path.dirname(htcondor2.__file__)), "htcondor.libs")
+lib = ctypes.CDLL(sorted(glob.glob(os.path.join(libs, "libcondor_utils*.so*")))[0])
+
+class Meta(ctypes.Structure):
+    _fields_ = [("param_id", ctypes.c_short), ("index", ctypes.c_short), ("flags", ctypes.c_int),
+                ("source_id", ctypes.c_short), ("source_line", ctypes.c_short),
+                ("source_meta_id", ctypes.c_short), ("source_meta_off", ctypes.c_short)]
+
+def fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+key = fn("_Z13hash_iter_keyR8HASHITER", ctypes.c_char_p, ctypes.c_void_p)
+value = fn("_Z15hash_iter_valueR8HASHITER", ctypes.c_char_p, ctypes.c_void_p)
+meta = fn("_Z14hash_iter_metaR8HASHITER", ctypes.POINTER(Meta), ctypes.c_void_p)
+source = fn("_Z19config_source_by_idi", ctypes.c_char_p, ctypes.c_int)
+CALLBACK = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_void_p)
+each = fn("_Z13foreach_paramiPFbPvR8HASHITERES_", None, ctypes.c_int, CALLBACK, ctypes.c_void_p)
+dec = lambda b: None if b is None else b.decode("utf-8", "surrogateescape")
+rows = []
+
+def visit(user, it):
+    m = meta(it)
+    where = m.contents if m else None
+    rows.append([dec(key(it)), dec(value(it)), dec(source(where.source_id)) if where else None,
+                 where.source_line if where else 0, where.source_meta_id if where else -1])
+    return True
+
+each(1, CALLBACK(visit), None)  # 1 = HASHITER_NO_DEFAULTS: only what a source set
+sys.stdout.write(json.dumps({"version": htcondor2.version(), "knobs": rows}))
+"""
+
+
+@dataclass(frozen=True)
+class HTKnob:
+    """One knob as HTCondor stored it: raw value and the source (file or ``cmd |``) and line."""
+
+    name: str
+    value: str
+    source: str
+    line: int
+    meta_id: int = -1  # >= 0 when a metaknob (``use CATEGORY : NAME``) set it
+
+
+@dataclass
+class HTReadResult:
+    """What HTCondor's reader found; ``error`` holds HTCondor's own message when it refused."""
+
+    knobs: list[HTKnob] = field(default_factory=list)
+    error: str | None = None
+    version: str | None = None
+    synthetic_root: str | None = None  # the root file written for a directory input (not the CE's)
+
+
+class PendingRead:
+    """A running reader: start it before our own parse so both use the two cores at once."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], tmpdir: tempfile.TemporaryDirectory[str] | None,
+                 root: str | None) -> None:
+        self._proc = proc
+        self._tmpdir = tmpdir
+        self._root = root
+
+    def result(self, timeout: float = READER_TIMEOUT) -> HTReadResult:
+        try:
+            out, err = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            return HTReadResult(error=f"HTCondor's configuration reader did not finish in {timeout:g} s "
+                                "(a configuration command may hang)", synthetic_root=self._root)
+        finally:
+            if self._tmpdir is not None:
+                self._tmpdir.cleanup()
+        message = err.decode("utf-8", "replace").strip()
+        if self._proc.returncode != 0:
+            return HTReadResult(error=message or f"HTCondor's configuration reader exited with status "
+                                f"{self._proc.returncode}", synthetic_root=self._root)
+        try:
+            data = json.loads(out.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            return HTReadResult(error=f"HTCondor's configuration reader printed no result: {message}",
+                                synthetic_root=self._root)
+        if message:
+            log.debug("HTCondor's configuration reader said: %s", message)
+        knobs = [HTKnob(row[0], row[1] if row[1] is not None else "", row[2] or "", int(row[3] or 0), int(row[4]))
+                 for row in data["knobs"]]
+        return HTReadResult(knobs, None, data.get("version"), self._root)
+
+
+def start_reader(root: str | None = None, dirs: Sequence[Path] = (), *, environ: Mapping[str, str] | None = None,
+                 subsystem: str = "JOB_ROUTER") -> PendingRead:
+    """Start HTCondor's reader on a root config file, or on directories read as ``LOCAL_CONFIG_DIR``.
+
+    A directory input (``--config DIR`` or the shipped default) has no root file, so a temporary one
+    holding only ``LOCAL_CONFIG_DIR = <dirs>`` is written; its own knob is reported with
+    ``synthetic_root`` so the caller can drop it. The child inherits ``environ`` (default: ours) and
+    our working directory, as a command run by the router inherits the router's; only
+    ``CONDOR_CONFIG`` is set.
+    """
+    tmpdir = None
+    if root is None:
+        tmpdir = tempfile.TemporaryDirectory(prefix="ce-k8s-config-")
+        root = os.path.join(tmpdir.name, "condor_config")
+        Path(root).write_text("LOCAL_CONFIG_DIR = " + ", ".join(str(d) for d in dirs) + "\n", encoding="utf-8")
+        synthetic: str | None = root
+    else:
+        synthetic = None
+    env = dict(os.environ if environ is None else environ)
+    env["CONDOR_CONFIG"] = str(root)
+    proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, subsystem], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return PendingRead(proc, tmpdir, synthetic)
+
+
+def read(root: str | None = None, dirs: Sequence[Path] = (), *, environ: Mapping[str, str] | None = None,
+         subsystem: str = "JOB_ROUTER") -> HTReadResult:
+    """``start_reader(...).result()``."""
+    return start_reader(root, dirs, environ=environ, subsystem=subsystem).result()
+
+
+# ---- HTCondor's metaknob table, in-process ------------------------------------------------------
+
+
+class MetaknobsUnavailable(Exception):
+    """The installed wheel's libcondor_utils (HTCondor's metaknob table) cannot be loaded."""
+
+
+_meta_functions: tuple[object, object] | None = None
+
+
+def _metaknob_functions() -> tuple[object, object]:
+    """``param_meta_table`` and ``param_meta_value`` (param_info.cpp) from the wheel's libcondor_utils.
+
+    Both take and return plain C types (a table is an opaque pointer), so ctypes calls them without
+    HTCondor's configuration being loaded: the metaknob table is compiled into the library.
+    """
+    global _meta_functions
+    if _meta_functions is None:
+        import ctypes
+        import glob
+
+        try:
+            import classad2
+
+            libs = os.path.join(os.path.dirname(os.path.dirname(classad2.__file__)), "htcondor.libs")
+            found = sorted(glob.glob(os.path.join(libs, "libcondor_utils*.so*")))
+            if not found:
+                raise OSError(f"no libcondor_utils in {libs}")
+            lib = ctypes.CDLL(found[0])
+            table = lib._Z16param_meta_tablePKcPi
+            value = lib._Z16param_meta_valuePKcS0_Pi
+        except (ImportError, OSError, AttributeError) as exc:
+            raise MetaknobsUnavailable(str(exc)) from exc
+        table.restype = ctypes.c_void_p
+        table.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        value.restype = ctypes.c_char_p
+        value.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+        _meta_functions = (table, value)
+    return _meta_functions
+
+
+def metaknob_category_exists(category: str) -> bool:
+    """Whether HTCondor knows the metaknob category (``if defined use CATEGORY``)."""
+    table, _value = _metaknob_functions()
+    return bool(table(category.encode("utf-8"), None))  # type: ignore[operator]
+
+
+def metaknob_text(category: str, name: str) -> str | None:
+    """The raw text of ``use CATEGORY : NAME`` from HTCondor's table, or None when it has no such metaknob."""
+    _table, value = _metaknob_functions()
+    text = value(category.encode("utf-8"), name.encode("utf-8"), None)  # type: ignore[operator]
+    return None if text is None else text.decode("utf-8", "surrogateescape")
