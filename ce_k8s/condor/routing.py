@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import classad2
 
-from ce_k8s.condor import wire
+from ce_k8s.condor import usermaps, wire
+from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.transform import (
     MacroError,
     MacroSet,
@@ -146,13 +147,34 @@ def submit_edits(ad: classad2.ClassAd) -> None:
     ad["LeaveJobInQueue"] = parse_old_expr("JobStatus == 4")
 
 
+def diagnostic_text(diag: Diagnostic) -> str:
+    """The legacy ``file:line: message`` form (``<config>: message`` when there is no place)."""
+    return f"{diag.file}:{diag.line}: {diag.message}" if diag.line else f"{diag.file}: {diag.message}"
+
+
 @dataclass
 class RoutedJob:
-    """The routed ad, the transform errors logged on the way, and whether the router gave up."""
+    """The routed ad, what the router logged on the way, and whether it gave up on the job.
+
+    ``failed`` is True only where the real router removes the job (GracefullyRemoveJob): a
+    transform that fails, or VanillaToGrid on an ad without a universe. What it only logs
+    (an EVALMACRO that does not evaluate, a failing ``$INT()``) is a WARNING diagnostic.
+    """
 
     ad: classad2.ClassAd
-    errors: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     failed: bool = False
+
+    @property
+    def errors(self) -> list[str]:
+        """Every diagnostic as ``file:line: message`` text (the view older callers read)."""
+        return [diagnostic_text(d) for d in self.diagnostics]
+
+    def add(self, severity: Severity, message: str, where: Origin | None = None) -> None:
+        if where is None:
+            self.diagnostics.append(Diagnostic("<job>", 0, severity, message))
+        else:
+            self.diagnostics.append(Diagnostic(where.file, where.line, severity, message))
 
 
 @dataclass
@@ -181,6 +203,7 @@ class Route(Transform):
         self.shared_x509_user_proxy: str | None = None
         self.send_idtokens: str | None = None
         self.load_warnings: list[str] = []
+        self.validation: list[Diagnostic] = []
 
     @property
     def edit_job_in_place(self) -> bool:
@@ -194,26 +217,28 @@ class Route(Transform):
         """Parse the body and read the per-route macros the router reads at load time."""
         route = cls(name, origin)
         route.line_numbers = line_numbers
-        route._parse_into(text)
+        route._parse_into(text)  # raises on an unparsable REQUIREMENTS (MacroStreamXFormSource::open)
         if route.statement_name and route.statement_name.lower() != name.lower():
             route.load_warnings.append(
                 f'The Name specified in JOB_ROUTER_ROUTE_{name} was "{route.statement_name}". '
                 f"using {name} instead."
             )
-        route._read_macros(config, default_max_jobs, default_max_idle)
+        # JobRoute::ParseNext: ValidateXForm runs the body with no job (raises when the route is not
+        # valid) and leaves the route's macros, as its if/else branches set them, in a fresh macro set.
+        macros = MacroSet(config)
+        route.validation = route.validate(macros)
+        route._read_macros(macros, default_max_jobs, default_max_idle)
         return route
 
-    def _read_macros(self, config: CondorConfig | None, default_max_jobs: int, default_max_idle: int) -> None:
-        local = self.assignments()
-        macros = MacroSet(config)
-        for key, value in local.items():
-            macros.set(key, value)
+    def _read_macros(self, macros: MacroSet, default_max_jobs: int, default_max_idle: int) -> None:
+        """``mset.local_param``: the validated macro set first, then the configuration (also_in_config)."""
 
         def text(name: str) -> str | None:
-            if name.lower() not in local:
+            raw = macros.lookup(name)
+            if raw is None:
                 return None
             try:
-                return expand_macros(local[name.lower()], macros).strip()
+                return expand_macros(raw, macros).strip()
             except MacroError as exc:
                 self.load_warnings.append(f"{name}: {exc}")
                 return None
@@ -248,7 +273,7 @@ class Route(Transform):
         self.edit_job_in_place_expr = text("EditJobInPlace")
         self.use_shared_x509_user_proxy = text("UseSharedX509UserProxy")
         self.shared_x509_user_proxy = text("SharedX509UserProxy")
-        if "sendidtokens" in local:
+        if macros.lookup("SendIDTokens") is not None:
             self.send_idtokens = text("SendIDTokens") or '""'
         if self.universe:
             self.target_universe = self.universe
@@ -324,31 +349,51 @@ class RouterConfig:
         self.max_jobs = -1
         self.hook_keyword: str | None = None
         self.enabled = True
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
+        self.diagnostics: list[Diagnostic] = []
+        self.user_maps: list[usermaps.UserMap] = []
         self.route_names: list[str] = []
         self.undefined_routes: list[str] = []
         self._rr_counter = 0
 
+    # ---- findings ------------------------------------------------------------------------
+
+    @property
+    def errors(self) -> list[str]:
+        """ERROR diagnostics as ``file:line: message`` text (the view older callers read)."""
+        return [diagnostic_text(d) for d in self.diagnostics if d.severity == Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[str]:
+        """WARNING and NOTE diagnostics as ``file:line: message`` text."""
+        return [diagnostic_text(d) for d in self.diagnostics if d.severity != Severity.ERROR]
+
     # ---- loading -------------------------------------------------------------------------
 
-    def _where(self, knob: str) -> str:
-        origin = self.config.origin(knob) if self.config is not None else None
-        return f"{origin.file}:{origin.line}" if origin is not None else "<config>"
-
-    def _problem(self, kind: list[str], knob: str | None, message: str, origin: Origin | None = None) -> None:
-        if origin is not None:
-            where = f"{origin.file}:{origin.line}"
+    def _problem(self, severity: Severity, knob: str | None, message: str, origin: Origin | None = None) -> None:
+        if origin is None and knob and self.config is not None:
+            origin = self.config.origin(knob)
+        if origin is None:
+            self.diagnostics.append(Diagnostic("<config>", 0, severity, message))
         else:
-            where = self._where(knob) if knob else "<config>"
-        kind.append(f"{where}: {message}")
+            self.diagnostics.append(Diagnostic(origin.file, origin.line, severity, message))
+
+    def _add(self, found: list[Diagnostic]) -> None:
+        self.diagnostics.extend(found)
+
+    def _transform_error(self, exc: TransformError, severity: Severity, suffix: str) -> None:
+        origin = exc.origin
+        message = f"{exc.message} ({suffix})"
+        if origin is None:
+            self.diagnostics.append(Diagnostic("<config>", 0, severity, message))
+        else:
+            self.diagnostics.append(Diagnostic(origin.file, origin.line, severity, message))
 
     @classmethod
     def from_config(cls, cfg: CondorConfig) -> RouterConfig:
         self = cls(cfg)
         self.router_name = (cfg.get("JOB_ROUTER_NAME") or "jobrouter").strip()
         if not self.router_name:
-            self._problem(self.errors, "JOB_ROUTER_NAME", "JOB_ROUTER_NAME must not be empty")
+            self._problem(Severity.ERROR, "JOB_ROUTER_NAME", "JOB_ROUTER_NAME must not be empty")
         self.round_robin = cfg.get_bool("JOB_ROUTER_ROUND_ROBIN_SELECTION", False)
         self.polling_period = cfg.get_int("JOB_ROUTER_POLLING_PERIOD", 10)
         self.default_max_jobs = cfg.get_int("JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE", 100)
@@ -362,14 +407,17 @@ class RouterConfig:
             self.source_constraint = constraint.strip()
             self.source_constraint_expr = parse_old_expr(self.source_constraint)
             if self.source_constraint_expr is None:
-                self._problem(self.errors, "JOB_ROUTER_SOURCE_JOB_CONSTRAINT",
+                self._problem(Severity.ERROR, "JOB_ROUTER_SOURCE_JOB_CONSTRAINT",
                               f"JOB_ROUTER_SOURCE_JOB_CONSTRAINT does not parse: {self.source_constraint}")
 
         for knob in _OLD_SYNTAX_KNOBS:
             if cfg.raw(knob) is not None:
-                self._problem(self.warnings, knob, f"{knob} is no longer supported (HTCondor >= 24.10 ignores "
+                self._problem(Severity.WARNING, knob, f"{knob} is no longer supported (HTCondor >= 24.10 ignores "
                               "it); convert it with 'ce-k8s routes convert'")
 
+        self.user_maps, found = usermaps.read_user_maps(cfg)
+        self._add(found)
+        self._add(usermaps.activate(self.user_maps))
         self.pre_transforms = self._load_transforms("JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES")
         self.post_transforms = self._load_transforms("JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES")
         self._load_routes()
@@ -383,15 +431,30 @@ class RouterConfig:
             text = self.config.raw(knob)
             if text is None:
                 self.enabled = False
-                self._problem(self.errors, names_knob,
+                self._problem(Severity.ERROR, names_knob,
                               f"{names_knob} names {name}, but {knob} is not defined; routing is disabled")
                 continue
             try:
-                loaded.append(Transform.parse(name, text, self.config.origin(knob), self._line_numbers(knob, text)))
+                transform = Transform.parse(name, text, self.config.origin(knob), self._line_numbers(knob, text))
             except TransformError as exc:
+                # JobRouter::config: "<knob> load error" and m_enable_job_routing = false.
                 self.enabled = False
-                self.errors.append(f"{exc} (in {knob}; routing is disabled)")
+                self._transform_error(exc, Severity.ERROR, f"in {knob}; routing is disabled")
+                continue
+            # Pre/post-route transforms are not validated at load: what would fail shows up per job.
+            self._add(transform.static_problems())
+            self._body_warnings(transform, knob, f"transform {name}")
+            loaded.append(transform)
         return loaded
+
+    def _body_warnings(self, transform: Transform, knob: str, label: str) -> None:
+        for warning in transform.warnings:
+            self._problem(Severity.WARNING, knob, f"{label}: {warning}", transform.origin)
+        if transform.ignored_after is not None:
+            self.diagnostics.append(transform.diagnostic(
+                Severity.WARNING, f"{label}: the lines after this TRANSFORM statement are not part of the "
+                "body (MacroStreamXFormSource::open stops reading there); they are ignored",
+                transform.ignored_after))
 
     def _line_numbers(self, knob: str, text: str) -> list[int] | None:
         """File line of each line of a raw value, when the config reader can tell."""
@@ -415,22 +478,25 @@ class RouterConfig:
         text = self.config.raw(knob) or ""
         origin = self.config.origin(knob)
         if text.lstrip().startswith("[") or text.lstrip().startswith("/*"):
-            self._problem(self.errors, knob, f"route {name} is written in the old ClassAd syntax, which "
+            self._problem(Severity.ERROR, knob, f"route {name} is written in the old ClassAd syntax, which "
                           "HTCondor >= 24.10 no longer reads; convert it with 'ce-k8s routes convert'", origin)
             return None
         if not text.strip():
-            self._problem(self.errors, knob, f"route {name} is empty", origin)
+            self._problem(Severity.ERROR, knob, f"route {name} is empty", origin)
             return None
         try:
             route = Route.load(name, text, origin, self.config, self.default_max_jobs, self.default_max_idle_jobs,
                                self._line_numbers(knob, text))
         except TransformError as exc:
-            self.errors.append(f"{exc} (route {name} is not loaded)")
+            # JobRoute::ParseNext: "route <name> is not valid"; the router never chooses it.
+            self._transform_error(exc, Severity.ERROR, f"route {name} is not loaded")
             return None
-        for warning in route.load_warnings + route.warnings:
-            self._problem(self.warnings, knob, f"route {name}: {warning}", origin)
+        for warning in route.load_warnings:
+            self._problem(Severity.WARNING, knob, f"route {name}: {warning}", origin)
+        self._add(route.validation)
+        self._body_warnings(route, knob, f"route {name}")
         if route.requirements_expr is None and self.source_constraint is None:
-            self._problem(self.errors, knob, f"route {name}: Missing Requirements in job route (needed "
+            self._problem(Severity.ERROR, knob, f"route {name}: Missing Requirements in job route (needed "
                           "when JOB_ROUTER_SOURCE_JOB_CONSTRAINT is not set); the route is not loaded", origin)
             return None
         return route
@@ -441,7 +507,7 @@ class RouterConfig:
         listed_text = self.config.get("JOB_ROUTER_ROUTE_NAMES")
         listed = _split_names(listed_text)
         if listed_text is None:
-            self._problem(self.warnings, None, "JOB_ROUTER_ROUTE_NAMES is not set: no route is enabled")
+            self._problem(Severity.WARNING, None, "JOB_ROUTER_ROUTE_NAMES is not set: no route is enabled")
         seen: set[str] = set()
         for name in listed:
             if name.lower() in seen:
@@ -450,7 +516,7 @@ class RouterConfig:
             self.route_names.append(name)
             if name.lower() not in defined:
                 self.undefined_routes.append(name)
-                self._problem(self.warnings, "JOB_ROUTER_ROUTE_NAMES",
+                self._problem(Severity.WARNING, "JOB_ROUTER_ROUTE_NAMES",
                               f"JOB_ROUTER_ROUTE_NAMES lists {name}, but JOB_ROUTER_ROUTE_{name} is not defined; "
                               "it is skipped")
                 continue
@@ -462,7 +528,7 @@ class RouterConfig:
                 continue
             knob = _ROUTE_PREFIX + spelled
             route = self._load_route(spelled, knob)
-            self._problem(self.warnings, knob, f"route {spelled} is defined but not listed in "
+            self._problem(Severity.WARNING, knob, f"route {spelled} is defined but not listed in "
                           "JOB_ROUTER_ROUTE_NAMES, so it is disabled")
             if route is not None:
                 self.disabled.append(route)
@@ -566,6 +632,7 @@ class RouterConfig:
         """First matching route in list order, or round robin among matches (§4.4)."""
         if not self.enabled:
             return None
+        usermaps.activate(self.user_maps)
         matching: list[Route] = []
         for route in self.routes:
             if not accepting(route) or not route.matches(job):
@@ -581,6 +648,7 @@ class RouterConfig:
 
     def explain(self, job: classad2.ClassAd) -> list[RouteVerdict]:
         """Each enabled route's REQUIREMENTS result for this job, with the reason."""
+        usermaps.activate(self.user_maps)
         verdicts: list[RouteVerdict] = []
         for route in self.routes:
             if route.requirements_expr is None:
@@ -605,6 +673,7 @@ class RouterConfig:
     def route_job(self, job: classad2.ClassAd, route: Route, translated: classad2.ClassAd | None = None,
                   macros: MacroSet | None = None) -> RoutedJob:
         """VanillaToGrid, pre-route, route and post-route transforms, then the router's stamps (§2.2)."""
+        usermaps.activate(self.user_maps)
         ad = copy_ad(translated if translated is not None else job)
         result = RoutedJob(ad)
         jid = job_id(job)
@@ -613,7 +682,7 @@ class RouterConfig:
             try:
                 vanilla_to_grid(ad, route.target_universe, route.grid_resource or None, route.sandboxed(job))
             except ValueError as exc:
-                result.errors.append(f"job {jid}: {exc}")
+                result.add(Severity.ERROR, f"job {jid}: {exc}")
                 result.failed = True
                 return result
         macros = macros if macros is not None else MacroSet(self.config)
@@ -621,13 +690,18 @@ class RouterConfig:
         steps.append(("route", route, False))
         steps += [("post-route transform", t, True) for t in self.post_transforms]
         for what, transform, check_requirements in steps:
+            # JobRoute::ApplyRoutingJobEdits: a pre/post transform whose REQUIREMENTS do not match
+            # the ad being built is skipped; any TransformClassAd < 0 ends routing of the job.
             if check_requirements and not transform.requirements_match(ad):
                 log.debug("job %s: %s %s does not match; skipped", jid, what, transform.name)
                 continue
             try:
-                result.errors += transform.apply(ad, macros)
+                result.diagnostics += transform.run(ad, macros)
             except (TransformError, MacroError) as exc:
-                result.errors.append(f"job {jid}: failure in {what} {transform.name}: {exc}")
+                message = exc.message if isinstance(exc, TransformError) else str(exc)
+                where = exc.origin if isinstance(exc, TransformError) else transform.origin
+                result.add(Severity.ERROR, f"job {jid}: JobRouter failure in {what} {transform.name}: {message}; "
+                           "the router removes the routed job (GracefullyRemoveJob)", where)
                 result.failed = True
                 return result
         if in_place:
@@ -645,14 +719,14 @@ class RouterConfig:
     def _shared_proxy(route: Route, job: classad2.ClassAd, result: RoutedJob) -> None:
         """UseSharedX509UserProxy: needs a sandboxed route; the proxy path replaces the job's."""
         if not route.sandboxed(job):
-            result.errors.append(f"route {route.name}: UseSharedX509UserProxy needs JobShouldBeSandboxed")
+            result.add(Severity.WARNING, f"route {route.name}: UseSharedX509UserProxy needs JobShouldBeSandboxed")
             return
         expr = parse_old_expr(route.shared_x509_user_proxy or "")
         value = evaluate_in(job, expr) if expr is not None else None
         if isinstance(value, str) and value:
             result.ad["x509userproxy"] = value
         else:
-            result.errors.append(f"route {route.name}: SharedX509UserProxy does not evaluate to a path")
+            result.add(Severity.WARNING, f"route {route.name}: SharedX509UserProxy does not evaluate to a path")
 
 
 def hook_path_ok(path: str) -> bool:

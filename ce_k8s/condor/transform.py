@@ -1,24 +1,26 @@
-"""The HTCondor transform language, as condor_job_router runs it (jobrouter-protocol.md §4.1).
+"""The HTCondor transform language, as condor_job_router runs it (xform_utils.cpp, config.cpp).
 
 Routes (``JOB_ROUTER_ROUTE_<name>``) and pre/post-route transforms (``JOB_ROUTER_TRANSFORM_<name>``)
 are programs in this language. The router reads their text *unexpanded* and runs it line by
 line against the job ad being built, with one macro set shared by every transform applied to one
-job. We re-implement it because the ``htcondor`` wheel has no transform API (§6); what a site's
-routes do to a pilot must be answerable without a CE, and the pod is built from the result.
+job. The wheel exports no transform API we can call safely in-process, so this re-implements it;
+what a site's routes do to a pilot must be answerable without a CE, and the pod is built from the
+result. docs/routes.md, "What ce-k8s models of the transform language", lists the rules and what
+is not modelled. The ones that are easy to get wrong:
 
-Semantics that matter and are easy to get wrong (all from §4.1):
-
-* ``NAME``/``UNIVERSE``/``REQUIREMENTS``/``TRANSFORM`` are metadata, stripped when loaded.
-* A line ``name = value`` is a macro assignment; ``SET A = 1`` is a statement (the word before
-  ``=`` has a space in it).
+* Loading (``MacroStreamXFormSource::open``) strips NAME/UNIVERSE/REQUIREMENTS/TRANSFORM lines
+  and stops at a TRANSFORM line; it fails only on an unparsable REQUIREMENTS.
+* The body runs through ``Parse_macros``: ``name = value`` assigns a macro, anything else goes
+  to the statement handler (``ParseRulesCallback``). An unknown keyword, a missing argument,
+  broken ``if`` nesting or an invalid ``if`` condition stop the parse: the transform FAILS.
+  A bad expression in SET/EVALSET/EVALMACRO, a failing ``$FUNC()`` or an invalid new attribute
+  name is logged as an ERROR and the transform carries on (a WARNING diagnostic here).
+* ``SET``/``DEFAULT`` parse old ClassAd syntax; ``EVALSET``/``EVALMACRO`` and complex ``if``
+  conditions parse NEW syntax (``ClassAd::EvaluateExpr(string)``).
 * ``$(...)`` is expanded per line at the moment the line runs; ``$(MY.x)`` is the *unparsed*
   attribute value; lookups fall through to config macros; ``$$(...)`` is kept for matchmaking.
-* ``SET``/``DEFAULT`` store the unevaluated old-syntax expression, ``EVALSET`` the value;
-  a bad expression is logged and skipped; only structural errors (unknown keyword, missing
-  argument, broken ``if`` nesting) fail the transform.
 * ``DEFAULT`` tests presence (``Lookup``), so a literal ``undefined`` is not replaced.
 """
-
 from __future__ import annotations
 
 import logging
@@ -26,12 +28,14 @@ import os
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import classad2
 
+from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.wire import unparse_old
+from ce_k8s.condor.xform_cond import ConditionContext, ConditionError, IfStack, test_condition
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ce_k8s.condor.config import CondorConfig, Origin
@@ -281,9 +285,12 @@ def _split_args(body: str) -> list[str]:
 class _Expander:
     """Expands ``$(...)`` references in one line against a macro set and the job ad."""
 
-    def __init__(self, macros: MacroSet, ad: classad2.ClassAd | None) -> None:
+    def __init__(self, macros: MacroSet, ad: classad2.ClassAd | None, errors: list[str] | None = None) -> None:
         self.macros = macros
         self.ad = ad
+        # With a sink, a failing $FUNC() is logged and expansion of the line stops there, leaving
+        # the rest as written (config.cpp expand_macro: might_EXCEPT, then break); without, it raises.
+        self.errors = errors
 
     def raw(self, name: str) -> str | None:
         if name[:3].upper() == "MY.":
@@ -307,7 +314,13 @@ class _Expander:
                 return text
             start, func, body_start, end = found
             body = text[body_start:end]
-            replacement = self._resolve(func, body)
+            try:
+                replacement = self._resolve(func, body)
+            except MacroError as exc:
+                if self.errors is None:
+                    raise
+                self.errors.append(str(exc))
+                return text
             if replacement is None:
                 pos = end + 1  # left as written; keep scanning after it
                 continue
@@ -356,7 +369,7 @@ class _Expander:
             value = self.value_of(arg)
             if value is not None:
                 return value
-        return arg
+        return self.expand(arg) if "$" in arg else arg
 
     def evaluate(self, arg: str) -> object:
         text = self.text_or_literal(arg)
@@ -366,40 +379,82 @@ class _Expander:
         return evaluate_in(self.ad if self.ad is not None else classad2.ClassAd(), expr)
 
 
-def _format(fmt: str, value: object, default: str) -> str:
+def _format(fmt: str, value: object, default: str, what: str) -> str:
     fmt = fmt.strip() if fmt.strip() else default
     try:
         return fmt % (value,)
-    except (TypeError, ValueError) as exc:
-        raise MacroError(f"bad format {fmt!r}: {exc}") from exc
+    except (TypeError, ValueError):
+        raise MacroError(f"{what} error: '{fmt}' is not a valid format specifier") from None
+
+
+def _evaluate_alone(text: str) -> object:
+    """Old-syntax parse, evaluated in an empty ad (string_is_long_param / $STRING use no job)."""
+    expr = parse_old_expr(text)
+    return evaluate_in(classad2.ClassAd(), expr) if expr is not None else None
+
+
+def _long_param(text: str) -> int | None:
+    """string_is_long_param: an integer literal, else an expression whose value converts to one."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        pass
+    value = _evaluate_alone(text)
+    if isinstance(value, bool):
+        return int(value)
+    if is_number(value):
+        return int(value)  # EvalInteger truncates a real
+    return None
 
 
 def _fn_int(exp: _Expander, body: str) -> str:
     arg, _, fmt = body.partition(",")
-    value = exp.evaluate(arg)
-    if not is_number(value):
-        raise MacroError(f"$INT({arg.strip()}) does not evaluate to a number")
-    return _format(fmt, int(value), "%d")
+    text = exp.text_or_literal(arg)
+    value = _long_param(text)
+    if value is None:
+        raise MacroError(f"$INT() error: {text} does not evaluate to an integer")
+    return _format(fmt, value, "%d", "$INT()")
 
 
 def _fn_real(exp: _Expander, body: str) -> str:
     arg, _, fmt = body.partition(",")
-    value = exp.evaluate(arg)
+    text = exp.text_or_literal(arg)
+    try:
+        value: object = float(text.strip())
+    except ValueError:
+        value = _evaluate_alone(text)
+        if isinstance(value, bool):
+            value = float(value)
     if not is_number(value):
-        raise MacroError(f"$REAL({arg.strip()}) does not evaluate to a number")
-    return _format(fmt, float(value), "%.16G")
+        raise MacroError(f"$REAL() error: {text} does not evaluate to a real")
+    out = _format(fmt, float(value), "%.16G", "$REAL()")
+    if fmt.strip() and "." not in out:
+        out += ".0"  # an explicit format still has to look like a real
+    return out
 
 
 def _fn_string(exp: _Expander, body: str) -> str:
+    """$STRING: the value when it evaluates to a string, otherwise the text itself (not an error)."""
     arg, _, fmt = body.partition(",")
-    value = exp.evaluate(arg)
-    if not isinstance(value, str):
-        raise MacroError(f"$STRING({arg.strip()}) does not evaluate to a string")
-    return _format(fmt, value, "%s")
+    text = exp.text_or_literal(arg)
+    value = _evaluate_alone(text)
+    if isinstance(value, str):
+        text = value
+    return _format(fmt, text, "%s", "$STRING()") if fmt.strip() else text
 
 
 def _fn_eval(exp: _Expander, body: str) -> str:
-    return value_to_macro_text(exp.evaluate(body))
+    """$EVAL: evaluated against the job when there is one; text that does not parse is kept as is."""
+    text = exp.text_or_literal(body)
+    expr = parse_old_expr(text)
+    if expr is None:
+        return text
+    value = evaluate_in(exp.ad if exp.ad is not None else classad2.ClassAd(), expr)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, classad2.Value):
+        return "undefined" if value == classad2.Value.Undefined else "error"
+    return unparse_old(value)
 
 
 def _fn_env(exp: _Expander, body: str) -> str:
@@ -524,9 +579,14 @@ _FUNCTIONS: dict[str, Callable[[_Expander, str], str]] = {
 }
 
 
-def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = None) -> str:
-    """Expand every ``$(...)`` reference in one line (raises MacroError on a bad function call)."""
-    return _Expander(macros, ad).expand(text)
+def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = None,
+                  errors: list[str] | None = None) -> str:
+    """Expand every ``$(...)`` reference in one line.
+
+    A bad ``$FUNC()`` call raises MacroError, unless ``errors`` is given: then it is recorded
+    there and the line is returned expanded up to that reference, as the router does.
+    """
+    return _Expander(macros, ad, errors).expand(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,27 +597,44 @@ def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = Non
 class _Line:
     """One logical line of a transform body with the physical line it started on."""
 
-    kind: str  # "assign", "stmt", "if", "elif", "else", "endif"
+    kind: str  # "assign", "stmt", "bad" (unknown keyword), "if", "elif", "else", "endif"
     text: str
     lineno: int  # 0-based offset in the body
     keyword: str = ""
     name: str = ""  # macro name for "assign"
-    value: str = ""  # raw value for "assign", condition for if/elif
+    value: str = ""  # raw value for "assign", condition for if/elif, the rest of a statement
+    plus: str | None = None  # "+=" assignments: the separator ("" for a space)
 
 
-@dataclass
-class _Block:
-    """An if/elif/else chain; branches hold statements or nested blocks."""
-
-    branches: list[tuple[_Line | None, list[_Line | _Block]]] = field(default_factory=list)
+# MacroStreamXFormSource::open strips these statements from the body before it is run.
+_STRIPPED = ("name", "universe", "requirements", "transform")
+_PLUS_SEPARATORS = ",;|&"  # CONFIG_PLUS_SEP_CHARSET
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
+def _xform_statement(line: str) -> tuple[str, str] | None:
+    """is_xform_statement for the four metadata keywords: (KEYWORD, arguments) or None.
+
+    The keyword must be followed by white space on the same line, and the arguments must not
+    start with ``=`` or ``:`` (``NAME = x`` assigns the macro NAME). A bare ``TRANSFORM`` with
+    nothing after it is therefore *not* stripped here (it is a no-op statement later).
+    """
+    body = line.lstrip(" \t")
+    low = body.lower()
+    for word in _STRIPPED:
+        if low.startswith(word) and len(body) > len(word) and body[len(word)].isspace():
+            args = body[len(word) :].lstrip()
+            if args[:1] in ("=", ":"):
+                return None
+            return word.upper(), args
+    return None
+
+
+def _logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """Join ``\\`` continuations (a comment line inside one is dropped) and trim each line."""
     out: list[tuple[int, str]] = []
     pending: str | None = None
     start = 0
-    for no, physical in enumerate(text.split("\n")):
+    for no, physical in lines:
         line = physical.rstrip("\r")
         if pending is not None:
             if line.strip().startswith("#"):
@@ -565,6 +642,8 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
             line = pending + line.strip()
         else:
             start = no
+            if line.strip().startswith("#"):
+                continue  # a comment never continues (CONFIG_GETLINE_OPT_COMMENT_DOESNT_CONTINUE)
         if line.rstrip().endswith("\\"):
             pending = line.rstrip()[:-1]
             continue
@@ -575,18 +654,41 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _statement_keyword(line: str) -> tuple[str, str] | None:
-    """(KEYWORD, rest) when the line's first word is a keyword used as a statement.
+def _split_line(line: str) -> tuple[str, str, str, str | None]:
+    """Parse_macros' split of a line: ("assign", name, rhs, plus-separator) or ("stmt", "", "", None).
 
-    is_xform_statement: the keyword must be followed by white space and then something that
-    is not ``=`` or ``:`` (``NAME = x`` assigns the macro NAME instead).
+    A word, then ``=`` (or ``+=``) with nothing else before it, is a macro assignment; any
+    other shape (a second word before the operator, ``:``, no operator) goes to the transform's
+    statement handler.
     """
-    m = re.match(r"^(\S+)(\s+(.*))?$", line, re.DOTALL)
-    if m is None:
-        return None
-    word = m.group(1).upper()
-    rest = (m.group(3) or "").strip()
-    return word, rest
+    n = len(line)
+    i = 0
+    while i < n and not line[i].isspace() and line[i] not in "=:":
+        i += 1
+    name = line[:i]
+    if i < n and line[i] == "=":
+        return "assign", name, line[i + 1 :].strip(), None
+    if i >= n or line[i] == ":":
+        return "stmt", "", "", None
+    j = i
+    while j < n and line[j].isspace():
+        j += 1
+    if j < n and line[j] not in "=:@+":
+        return "stmt", "", "", None  # a word before the operator: a statement
+    if j < n and line[j] == "=":
+        return "assign", name, line[j + 1 :].strip(), None
+    if j < n and line[j] == "+":
+        k = j + 1
+        sep = ""
+        if k < n and line[k] in _PLUS_SEPARATORS:
+            sep = line[k]
+            k += 1
+            if k < n and line[k] == sep:
+                sep += sep
+                k += 1
+        if k < n and line[k] == "=":
+            return "assign", name, line[k + 1 :].strip(), sep
+    return "stmt", "", "", None
 
 
 def _tokens(text: str) -> list[tuple[int, str]]:
@@ -630,8 +732,44 @@ def _substitute_groups(template: str, match: re.Match[str]) -> str:
     return "".join(out)
 
 
+_CONTINUES_EXPRESSION = re.compile(r"^(?:[-+*/%&|^<>=!?:.\[(]|is\b|isnt\b)", re.IGNORECASE)
+
+
+def parse_new_expr(text: str) -> classad2.ExprTree | None:
+    """Parse as ClassAd::EvaluateExpr(string) does: NEW syntax, one expression, rest ignored.
+
+    EVALSET, EVALMACRO and complex ``if`` conditions go through ``ClassAdParser::ParseExpression``
+    with ``full=false`` (classad.cpp), so string escapes are new-syntax (``"\\\\1"`` is ``\\1``)
+    and text after a complete expression is dropped, while an expression that breaks off in the
+    middle (``False && ==5``) does not parse.
+    """
+    body = text.strip()
+    if not body:
+        return None
+    try:
+        return classad2.ExprTree(body)
+    except (ValueError, classad2.ClassAdException):
+        pass
+    for gap in reversed(list(re.finditer(r"\s+", body))):
+        tail = body[gap.end() :]
+        if _CONTINUES_EXPRESSION.match(tail):
+            continue
+        try:
+            return classad2.ExprTree(body[: gap.start()])
+        except (ValueError, classad2.ClassAdException):
+            continue
+    return None
+
+
 class Transform:
-    """One parsed transform: metadata stripped, statements kept in order for ``apply``."""
+    """One transform: metadata stripped at load, the body run line by line like Parse_macros.
+
+    Loading (``MacroStreamXFormSource::open``) only strips NAME/UNIVERSE/REQUIREMENTS/TRANSFORM
+    lines and fails only on an unparsable REQUIREMENTS. Everything else — unknown keywords,
+    missing arguments, broken ``if`` nesting, invalid ``if`` conditions — is found when the body
+    is run: by ``validate`` (ValidateXForm, which the router runs on routes only) or by ``run``
+    (TransformClassAd, for every job), and then only on lines that are reached.
+    """
 
     def __init__(self, name: str, origin: Origin | None = None) -> None:
         self.name = name
@@ -645,8 +783,9 @@ class Transform:
         self.line_numbers: list[int] | None = None
         self.text = ""
         self._multiline = False
-        self._program: list[_Line | _Block] = []
-        self.lines: list[_Line] = []  # every non-metadata statement line, for checks
+        self.body: list[_Line] = []  # every logical line in order, conditionals included
+        self.lines: list[_Line] = []  # every assignment and statement (kinds assign/stmt/bad)
+        self.ignored_after: int | None = None  # body line of a TRANSFORM statement that ended the body
         self.warnings: list[str] = []
 
     # ---- parsing ------------------------------------------------------------------------
@@ -665,10 +804,16 @@ class Transform:
     def _error(self, message: str, lineno: int) -> TransformError:
         return TransformError(message, self.where(lineno))
 
+    def diagnostic(self, severity: Severity, message: str, lineno: int | None = None) -> Diagnostic:
+        where = self.where(lineno) if lineno is not None else self.origin
+        if where is None:
+            return Diagnostic("<config>", 0, severity, message)
+        return Diagnostic(where.file, where.line, severity, message)
+
     @classmethod
     def parse(cls, name: str, text: str, origin: Origin | None = None,
               line_numbers: list[int] | None = None) -> Transform:
-        """Parse a transform body; raise TransformError (with file:line) on structural errors.
+        """Load a transform body; raise TransformError (with file:line) only for a bad REQUIREMENTS.
 
         ``line_numbers`` maps each line of ``text`` to its line in the config file (the config
         reader drops comments inside ``@=`` blocks, so an offset from ``origin`` is not enough).
@@ -683,85 +828,61 @@ class Transform:
         self._multiline = "\n" in text.strip("\n") or text.startswith("\n")
         if text.startswith("\n"):
             text = text[1:]
-        stack: list[tuple[_Block, list[_Line | _Block], int]] = []
-        current: list[_Line | _Block] = self._program
-        for lineno, line in _logical_lines(text):
-            if not line or line.startswith("#"):
+        kept: list[tuple[int, str]] = []
+        for no, physical in enumerate(text.split("\n")):
+            meta = _xform_statement(physical.rstrip("\r"))
+            if meta is None:
+                kept.append((no, physical))
                 continue
+            word, args = meta
+            self._metadata(word, args, no)
+            if word == "TRANSFORM":
+                after = [line.strip() for line in text.split("\n")[no + 1 :]]
+                if any(line and not line.startswith("#") for line in after):
+                    self.ignored_after = no
+                break  # MacroStreamXFormSource::open stops reading at a TRANSFORM statement
+        for lineno, line in _logical_lines(kept):
+            if not line:
+                continue
+            if line.startswith(":"):
+                line = line[1:].lstrip()  # a leading ':' is ignored (pre-8.1.5 compatibility)
             item = self._classify(line, lineno)
-            if item is None:
-                continue
-            if item.kind == "if":
-                block = _Block()
-                body: list[_Line | _Block] = []
-                block.branches.append((item, body))
-                current.append(block)
-                stack.append((block, current, lineno))
-                current = body
-            elif item.kind in ("elif", "else"):
-                if not stack:
-                    raise self._error(f"'{item.kind}' without 'if'", lineno)
-                block = stack[-1][0]
-                if block.branches[-1][0] is not None and block.branches[-1][0].kind == "else":
-                    raise self._error(f"'{item.kind}' after 'else'", lineno)
-                body = []
-                block.branches.append((item, body))
-                current = body
-            elif item.kind == "endif":
-                if not stack:
-                    raise self._error("'endif' without 'if'", lineno)
-                _, current, _ = stack.pop()
-            else:
-                current.append(item)
+            self.body.append(item)
+            if item.kind in ("assign", "stmt", "bad"):
                 self.lines.append(item)
-        if stack:
-            raise self._error("'if' without 'endif'", stack[-1][2])
 
-    def _classify(self, line: str, lineno: int) -> _Line | None:
+    def _classify(self, line: str, lineno: int) -> _Line:
         lower = line.lower()
-        for word in ("if", "elif"):
-            if lower == word or lower.startswith(word + " ") or lower.startswith(word + "\t"):
-                cond = line[len(word) :].strip()
-                if not cond:
-                    raise self._error(f"'{word}' without a condition", lineno)
-                return _Line(word, line, lineno, value=cond)
-        if lower in ("else", "endif"):
-            return _Line(lower, line, lineno)
-        assign = _ASSIGNMENT.match(line)
-        if assign is not None:
-            return _Line("assign", line, lineno, name=assign.group(1), value=assign.group(2).strip())
-        kw = _statement_keyword(line)
-        if kw is None:
-            return None
-        word, rest = kw
+        for word in ("if", "elif", "else", "endif"):
+            if lower.startswith(word) and (len(line) == len(word) or line[len(word)].isspace()):
+                return _Line(word, line, lineno, value=line[len(word) :].strip())
+        kind, name, rhs, plus = _split_line(line)
+        if kind == "assign":
+            return _Line("assign", line, lineno, name=name, value=rhs, plus=plus)
+        first = line.split(None, 1)[0]
+        rest = line[len(first) :].strip()
+        word = first.upper()
         if word not in _KEYWORDS:
-            raise self._error(f"{line.split()[0]} is not a valid transform keyword", lineno)
-        if word in _METADATA:
-            self._metadata(word, rest, lineno)
-            return None
-        if not rest:
-            raise self._error(f"{word} needs an argument", lineno)
+            return _Line("bad", line, lineno, keyword=first, value=rest)
         return _Line("stmt", line, lineno, keyword=word, value=rest)
 
     def _metadata(self, word: str, rest: str, lineno: int) -> None:
         if word == "NAME":
-            if rest:
-                self.statement_name = rest
+            if rest.strip():
+                self.statement_name = rest.strip()
         elif word == "UNIVERSE":
-            if not rest:
-                raise self._error("UNIVERSE needs an argument", lineno)
-            self.universe_text = rest
+            self.universe_text = rest.strip()
             number = universe_number(rest)
             self.universe = number or None
             if not number:
-                self.warnings.append(f"unknown universe {rest!r}; the route's TargetUniverse applies")
+                self.warnings.append(f"unknown universe {rest.strip()!r}; the route's TargetUniverse applies")
         elif word == "REQUIREMENTS":
-            if not rest:
-                raise self._error("REQUIREMENTS needs an expression", lineno)
+            if not rest.strip():
+                return
             expr = parse_old_expr(rest)
             if expr is None:
-                raise self._error(f"invalid REQUIREMENTS : {rest}", lineno)
-            self.requirements = rest
+                raise self._error(f"invalid REQUIREMENTS : {rest.strip()}", lineno)
+            self.requirements = rest.strip()
             self.requirements_expr = expr
             self.requirements_origin = self.where(lineno)
         elif word == "TRANSFORM":
@@ -772,17 +893,17 @@ class Transform:
     # ---- evaluation ---------------------------------------------------------------------
 
     def requirements_match(self, ad: classad2.ClassAd) -> bool:
-        """Pre/post-route rule (§4.1): no REQUIREMENTS → True; error → True; non-bool → False."""
+        """MacroStreamXFormSource::matches: no REQUIREMENTS → True; else only a boolean-equivalent true.
+
+        The evaluation itself succeeds even when the value is ERROR or UNDEFINED, so those (and
+        strings) are "does not match"; the transform is skipped for the job.
+        """
         if self.requirements_expr is None:
             return True
-        value = evaluate_in(ad, self.requirements_expr)
-        if is_error_value(value):
-            return True
-        result = _boolean_equiv(value)
-        return bool(result)
+        return _boolean_equiv(evaluate_in(ad, self.requirements_expr)) is True
 
     def assignments(self) -> dict[str, str]:
-        """Every macro assignment in the body, last one wins (the router's load-time view)."""
+        """Every macro assignment in the body, last one wins (ignores ``if``; see ``validate``)."""
         found: dict[str, str] = {}
         for line in self.lines:
             if line.kind == "assign":
@@ -790,181 +911,205 @@ class Transform:
         return found
 
     def apply(self, ad: classad2.ClassAd, macros: MacroSet) -> list[str]:
-        """Run the statements against ``ad`` (mutated in place); return the logged errors.
+        """Run against ``ad`` (mutated in place); the logged errors as ``file:line: message`` text.
 
-        Bad expressions are logged and skipped, as the router does; a structural error found
-        only at run time (an ``if`` condition that is not a simple boolean) raises.
+        Raises TransformError where the router fails the transform (and so the job).
         """
-        errors: list[str] = []
-        self._run(self._program, ad, macros, errors)
-        return errors
+        return [f"{d.file}:{d.line}: {d.message}" if d.line else d.message for d in self.run(ad, macros)]
 
-    def _run(self, program: list[_Line | _Block], ad: classad2.ClassAd, macros: MacroSet,
-             errors: list[str]) -> None:
-        for item in program:
-            if isinstance(item, _Block):
-                for head, body in item.branches:
-                    if head is None or head.kind == "else" or self._condition(head, ad, macros):
-                        self._run(body, ad, macros, errors)
-                        break
-            elif item.kind == "assign":
-                self._assign(item, ad, macros, errors)
+    def run(self, ad: classad2.ClassAd, macros: MacroSet) -> list[Diagnostic]:
+        """TransformClassAd: run the body against the job; WARNING diagnostics for what is logged.
+
+        Raises TransformError for what makes TransformClassAd return < 0 (the router then
+        removes the routed job: JobRouter::FinishSubmitJob → GracefullyRemoveJob).
+        """
+        found: list[Diagnostic] = []
+        self._execute(ad, macros, found)
+        return found
+
+    def validate(self, macros: MacroSet) -> list[Diagnostic]:
+        """ValidateXForm: run with no job, checking keywords and conditions, filling ``macros``.
+
+        Raises TransformError when the router would reject the route at load.
+        """
+        found: list[Diagnostic] = []
+        self._execute(None, macros, found)
+        return found
+
+    def _execute(self, ad: classad2.ClassAd | None, macros: MacroSet, found: list[Diagnostic]) -> None:
+        stack = IfStack()
+        for line in self.body:
+            if line.kind in ("if", "elif", "else", "endif"):
+                self._conditional(stack, line, ad, macros, found)
+                continue
+            if not stack.enabled():
+                continue
+            if line.kind == "assign":
+                self._assign(line, ad, macros, found)
+            elif ad is None:
+                self._check_statement(line)
             else:
-                self._statement(item, ad, macros, errors)
+                self._statement(line, ad, macros, found)
+        if stack.inside_if():
+            raise self._error("endif(s) not found before end-of-file", self.body[-1].lineno if self.body else 0)
 
-    def _note(self, errors: list[str], line: _Line, message: str) -> None:
-        where = self.where(line.lineno)
-        prefix = f"{where.file}:{where.line}: " if where is not None else ""
-        text = f"{prefix}{self.name}: {message}"
-        errors.append(text)
-        log.info("transform %s", text)
+    def _conditional(self, stack: IfStack, line: _Line, ad: classad2.ClassAd | None, macros: MacroSet,
+                     found: list[Diagnostic]) -> None:
+        if line.kind == "if":
+            value = stack.enabled()
+            if value:
+                value = self._test(line, ad, macros, found)
+            stack.begin_if(value)
+        elif line.kind == "elif":
+            value = stack.elif_wanted()
+            if value:
+                value = self._test(line, ad, macros, found)
+            if not stack.begin_elif(value):
+                raise self._error("elif is not allowed after else" if stack.inside_else()
+                                  else "elif without matching if", line.lineno)
+        elif line.kind == "else":
+            if not stack.begin_else():
+                raise self._error("else is not allowed after else" if stack.inside_else()
+                                  else "else without matching if", line.lineno)
+        elif not stack.end_if():
+            raise self._error("endif without matching if", line.lineno)
 
-    def _assign(self, line: _Line, ad: classad2.ClassAd, macros: MacroSet, errors: list[str]) -> None:
+    def _test(self, line: _Line, ad: classad2.ClassAd | None, macros: MacroSet, found: list[Diagnostic]) -> bool:
+        errors: list[str] = []
+
+        def evaluate(text: str) -> object:
+            expr = parse_new_expr(text)
+            return evaluate_in(ad, expr) if expr is not None and ad is not None else classad2.Value.Error
+
+        ctx = ConditionContext(
+            lookup=macros.lookup,
+            has_attr=(lambda attr: ad is not None and attr in ad),
+            evaluate=evaluate if ad is not None else None,
+            version=macros.version,
+        )
+        try:
+            return test_condition(line.value, lambda text: expand_macros(text, macros, ad, errors), ctx)
+        except ConditionError as exc:
+            reason = f" because {exc}" if str(exc) else ""
+            raise self._error(f"{line.value} is not a valid {line.kind} condition{reason}", line.lineno) from None
+        finally:
+            for message in errors:
+                found.append(self.diagnostic(Severity.WARNING, f"{self.name}: {message}", line.lineno))
+
+    def _note(self, found: list[Diagnostic], line: _Line, message: str) -> None:
+        """Something the router logs as an ERROR and carries on from: a WARNING for the admin."""
+        diag = self.diagnostic(Severity.WARNING, f"{self.name}: {message}", line.lineno)
+        found.append(diag)
+        log.info("transform %s", diag)
+
+    def _assign(self, line: _Line, ad: classad2.ClassAd | None, macros: MacroSet, found: list[Diagnostic]) -> None:
         value = line.value
+        if line.plus is not None:
+            current = macros.lookup(line.name)
+            if current:
+                sep = " " if not line.plus else (f" {line.plus} " if len(line.plus) == 2 else line.plus)
+                value = current + sep + value
         # A self reference (X = $(X) more) is expanded now, as insert_macro does.
-        if re.search(r"\$\(\s*" + re.escape(line.name) + r"\s*[:)]", value, re.IGNORECASE):
-            try:
-                value = expand_macros(value, macros, ad)
-            except MacroError as exc:
-                self._note(errors, line, str(exc))
-                return
+        elif re.search(r"\$\(\s*" + re.escape(line.name) + r"\s*[:)]", value, re.IGNORECASE):
+            errors: list[str] = []
+            value = expand_macros(value, macros, ad, errors)
+            for message in errors:
+                self._note(found, line, message)
         macros.set(line.name, value)
 
-    def _condition(self, head: _Line, ad: classad2.ClassAd, macros: MacroSet) -> bool:
-        cond = head.value.strip()
-        negate = False
-        if cond.startswith("!"):
-            negate = True
-            cond = cond[1:].strip()
-        words = cond.split(None, 1)
-        if words and words[0].lower() == "defined":
-            if len(words) < 2:
-                raise self._error("'defined' needs a name", head.lineno)
-            result = self._is_defined(words[1].strip(), ad, macros)
-        else:
-            try:
-                expanded = expand_macros(cond, macros, ad).strip()
-            except MacroError as exc:
-                raise self._error(f"cannot expand condition {cond!r}: {exc}", head.lineno) from exc
-            result = self._simple_boolean(expanded, head, macros)
-        return result != negate
+    def _check_statement(self, line: _Line) -> None:
+        """ValidateRulesCallback: a known keyword, something after it (bar TRANSFORM), a closed regex."""
+        if line.kind == "bad":
+            raise self._error(f"{line.keyword} is not a valid transform keyword", line.lineno)
+        if not line.value:
+            if line.keyword == "TRANSFORM":
+                return
+            raise self._error(f"{line.keyword} needs an argument", line.lineno)
+        if line.keyword in _REGEX_KEYWORDS and line.value.startswith("/") and _regex_token(line.value) is None:
+            raise self._error("invalid regex", line.lineno)
 
-    @staticmethod
-    def _is_defined(name: str, ad: classad2.ClassAd, macros: MacroSet) -> bool:
-        if name[:3].upper() == "MY.":
-            return name[3:] in ad
-        value = macros.lookup(name)
-        return value is not None and value.strip() != ""
-
-    def _simple_boolean(self, text: str, head: _Line, macros: MacroSet) -> bool:
-        negate = False
-        while text.startswith("!"):
-            negate = not negate
-            text = text[1:].strip()
-        low = text.lower()
-        if low.startswith("version"):
-            return self._version(text[len("version") :].strip(), head, macros) != negate
-        if low in ("", "false", "no", "0", "f", "n"):
-            return negate
-        if low in ("true", "yes", "1", "t", "y"):
-            return not negate
-        expr = parse_old_expr(text)
-        value = evaluate_in(classad2.ClassAd(), expr) if expr is not None else None
-        result = _boolean_equiv(value)
-        if result is None:
-            raise self._error(f"'{head.kind} {head.value}' is not a simple boolean ({text!r})", head.lineno)
-        return result != negate
-
-    def _version(self, text: str, head: _Line, macros: MacroSet) -> bool:
-        m = re.match(r"^(==|>=|<=|>|<|!=)?\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$", text)
-        if m is None:
-            raise self._error(f"bad version condition {text!r}", head.lineno)
-        op = m.group(1) or "=="
-        wanted = [int(g) for g in m.groups()[1:] if g is not None]
-        have = [int(x) for x in re.findall(r"\d+", macros.version)[: len(wanted)]]
-        have += [0] * (len(wanted) - len(have))
-        return {
-            "==": have == wanted,
-            "!=": have != wanted,
-            ">=": have >= wanted,
-            "<=": have <= wanted,
-            ">": have > wanted,
-            "<": have < wanted,
-        }[op]
-
-    def _statement(self, line: _Line, ad: classad2.ClassAd, macros: MacroSet, errors: list[str]) -> None:
+    def _statement(self, line: _Line, ad: classad2.ClassAd, macros: MacroSet, found: list[Diagnostic]) -> None:
+        self._check_statement(line)
         word = line.keyword
         rest = line.value
-        if word in _REGEX_KEYWORDS:
-            regex = _regex_token(rest)
-            if regex is not None:
-                pattern, _flags, remainder = regex
-                self._regex_op(word, pattern, remainder, line, ad, macros, errors)
-                return
+        if not rest:
+            return  # TRANSFORM with no arguments
+        regex = _regex_token(rest) if word in _REGEX_KEYWORDS else None
+        if regex is not None:
+            pattern, _flags, remainder = regex
+            if _KEYWORDS[word] == 2 and not remainder:
+                raise self._error(f"{word} needs 2 arguments", line.lineno)
+            self._regex_op(word, pattern, remainder, line, ad, macros, found)
+            return
         toks = _tokens(rest)
         attr = toks[0][1]
         if attr.endswith((",", "=")):
             attr = attr[:-1]
-        rhs_text = ""
+        rhs_text = rest[toks[0][0] :]
         if _KEYWORDS[word] == 2:
             remaining = toks[1:]
             if remaining and remaining[0][1] in ("=", ","):
                 remaining = remaining[1:]
-            rhs_text = rest[remaining[0][0] :] if remaining else ""
-        try:
-            rhs = expand_macros(rhs_text, macros, ad) if rhs_text else ""
-        except MacroError as exc:
-            self._note(errors, line, f"{word} {attr}: {exc}")
-            return
+            if not remaining:
+                raise self._error(f"{word} needs 2 arguments", line.lineno)
+            rhs_text = rest[remaining[0][0] :]
+        errors: list[str] = []
+        rhs = expand_macros(rhs_text, macros, ad, errors)
+        for message in errors:
+            self._note(found, line, f"ERROR in transform {self.name} : {message}")
         if word in ("SET", "DEFAULT"):
             if word == "DEFAULT" and attr in ad:
                 return
-            self._set(attr, rhs, line, ad, errors, word)
+            self._set(attr, rhs, line, ad, found, word)
         elif word == "EVALSET":
-            self._evalset(attr, rhs, line, ad, errors)
+            self._evalset(attr, rhs, line, ad, found)
         elif word == "EVALMACRO":
-            expr = parse_old_expr(rhs)
+            expr = parse_new_expr(rhs)
             if expr is None:
-                self._note(errors, line, f"EVALMACRO {attr} could not evaluate : {rhs}")
+                self._note(found, line, f"ERROR: EVALMACRO {attr} could not evaluate : {rhs.strip()}")
                 return
             macros.set(attr, value_to_macro_text(evaluate_in(ad, expr)))
         elif word == "DELETE":
             if attr in ad:
                 del ad[attr]
         elif word in ("COPY", "RENAME"):
-            self._copy(word, attr, rhs.strip(), line, ad, errors)
+            self._copy(word, attr, rhs.strip(), line, ad, found)
+        # NAME / UNIVERSE / REQUIREMENTS / TRANSFORM left in the body (no white space after
+        # the keyword at load) are envelope information: nothing to do here.
 
-    def _set(self, attr: str, rhs: str, line: _Line, ad: classad2.ClassAd, errors: list[str], word: str) -> None:
+    def _set(self, attr: str, rhs: str, line: _Line, ad: classad2.ClassAd, found: list[Diagnostic],
+             word: str) -> None:
         if not _ATTR_NAME.match(attr):
-            self._note(errors, line, f"could not set {attr} to {rhs} (invalid attribute name)")
+            self._note(found, line, f"ERROR: could not set {attr} to {rhs.strip()}")
             return
         expr = parse_old_expr(rhs)
         if expr is None:
-            self._note(errors, line, f"{word} {attr} invalid expression : {rhs}")
+            self._note(found, line, f"ERROR: {word} {attr} invalid expression : {rhs.strip()}")
             return
         ad[attr] = expr
 
-    def _evalset(self, attr: str, rhs: str, line: _Line, ad: classad2.ClassAd, errors: list[str]) -> None:
-        if not _ATTR_NAME.match(attr):
-            self._note(errors, line, f"could not set {attr} (invalid attribute name)")
-            return
-        expr = parse_old_expr(rhs)
+    def _evalset(self, attr: str, rhs: str, line: _Line, ad: classad2.ClassAd, found: list[Diagnostic]) -> None:
+        expr = parse_new_expr(rhs)
         if expr is None:
-            self._note(errors, line, f"EVALSET {attr} could not evaluate : {rhs}")
+            self._note(found, line, f"ERROR: EVALSET {attr} could not evaluate : {rhs.strip()}")
             return
         value = evaluate_in(ad, expr)
+        if not _ATTR_NAME.match(attr):
+            self._note(found, line, f"ERROR: could not set {attr} to {value_to_macro_text(value)}")
+            return
         try:
             ad[attr] = value
         except (ValueError, TypeError, classad2.ClassAdException):
             literal = parse_old_expr(unparse_old(value))
             if literal is None:
-                self._note(errors, line, f"could not set {attr} to the value of {rhs}")
+                self._note(found, line, f"ERROR: could not set {attr} to {value_to_macro_text(value)}")
                 return
             ad[attr] = literal
 
-    def _copy(self, word: str, attr: str, new: str, line: _Line, ad: classad2.ClassAd, errors: list[str]) -> None:
+    def _copy(self, word: str, attr: str, new: str, line: _Line, ad: classad2.ClassAd,
+              found: list[Diagnostic]) -> None:
         if not _ATTR_NAME.match(new):
-            self._note(errors, line, f"{word} {attr} new name {new!r} is not valid")
+            self._note(found, line, f"ERROR: {word} {attr} new name {new} is not valid")
             return
         if attr not in ad:
             return
@@ -974,17 +1119,16 @@ class Transform:
         ad[new] = expr
 
     def _regex_op(self, word: str, pattern: str, replacement_raw: str, line: _Line, ad: classad2.ClassAd,
-                  macros: MacroSet, errors: list[str]) -> None:
+                  macros: MacroSet, found: list[Diagnostic]) -> None:
         try:
             regex = re.compile(pattern, re.IGNORECASE)
         except re.error as exc:
-            self._note(errors, line, f"Error compiling regex '{pattern}'. {exc}. this entry will be ignored.")
+            self._note(found, line, f"ERROR: Error compiling regex '{pattern}'. {exc}. this entry will be ignored.")
             return
-        try:
-            replacement = expand_macros(replacement_raw, macros, ad).strip() if replacement_raw else ""
-        except MacroError as exc:
-            self._note(errors, line, f"{word}: {exc}")
-            return
+        errors: list[str] = []
+        replacement = expand_macros(replacement_raw, macros, ad, errors).strip() if replacement_raw else ""
+        for message in errors:
+            self._note(found, line, f"ERROR in transform {self.name} : {message}")
         matched: dict[str, str] = {}
         for name in list(ad.keys()):
             m = regex.search(name)
@@ -996,7 +1140,27 @@ class Transform:
                 if name in ad:
                     del ad[name]
             else:
-                self._copy(word, name, matched[name], line, ad, errors)
+                self._copy(word, name, matched[name], line, ad, found)
+
+    def static_problems(self) -> list[Diagnostic]:
+        """Lines that fail the transform whenever they are reached (for pre/post-route transforms,
+        which the router loads without validating): unknown keywords and missing arguments."""
+        found: list[Diagnostic] = []
+        depth = 0
+        for line in self.body:
+            if line.kind == "if":
+                depth += 1
+            elif line.kind == "endif":
+                depth = max(0, depth - 1)
+            elif line.kind in ("stmt", "bad"):
+                try:
+                    self._check_statement(line)
+                except TransformError as exc:
+                    scope = "every job it is applied to" if depth == 0 else "every job that reaches this line"
+                    found.append(self.diagnostic(Severity.ERROR, f"{self.name}: {exc.message}: the router "
+                                                 f"loads the transform, then fails {scope} (the routed job "
+                                                 "is removed)", line.lineno))
+        return found
 
 
 def statement_lines(transform: Transform) -> list[tuple[str, str, Origin | None]]:

@@ -92,10 +92,11 @@ def test_route_with_unknown_keyword_is_not_loaded_with_file_and_line_section_4_1
 
 @pytest.mark.parametrize("extra", [
     "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Nope\n",
-    "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Bad\nJOB_ROUTER_TRANSFORM_Bad @=x\nif true\n@x\n",
+    "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Bad\nJOB_ROUTER_TRANSFORM_Bad @=x\nREQUIREMENTS Owner ==\n@x\n",
 ])
 def test_missing_or_invalid_pre_post_transform_disables_routing_section_4_1(extra):
-    """§4.1: a missing or invalid pre/post-route transform disables routing entirely."""
+    """JobRouter::config: a missing pre/post-route transform, or one whose open() fails (an
+    unparsable REQUIREMENTS), sets m_enable_job_routing = false."""
     r = router(BASIC + extra)
     assert r.enabled is False and r.errors
     assert r.choose_route(job('Owner = "a"')) is None
@@ -320,9 +321,11 @@ def test_edit_job_in_place_skips_vanilla_to_grid_and_stamps_section_2_2():
 
 
 def test_structural_error_at_run_time_fails_the_job_section_4_1():
+    """At load $(MY.Owner) expands to nothing (no job), so the route validates; per job the
+    condition is `pilot`, which config.cpp Evaluate_config_if calls "not a conditional"."""
     r = router(BASIC.replace('SET Chosen "B"', 'if $(MY.Owner)\n  SET X 1\n  endif'))
     routed = r.route_job(job(), r.routes[1])
-    assert routed.failed and "not a simple boolean" in routed.errors[0]
+    assert routed.failed and "$(MY.Owner) is not a valid if condition because expression is not a conditional" in routed.errors[0]
 
 
 def test_bad_set_in_route_is_logged_not_fatal_section_4_1():

@@ -110,8 +110,9 @@ def test_set_value_uses_old_syntax_strings():
 
 
 def test_set_with_invalid_attribute_name_is_logged():
-    ad, errors = run("SET A=1 2")
-    assert list(ad.keys()) == [] and "invalid attribute name" in errors[0]
+    """xform_utils.cpp ParseRulesCallback kw_SET: a failed insert is logged, the transform goes on."""
+    ad, errors = run("SET A=1 2\nSET B 1")
+    assert list(ad.keys()) == ["B"] and "could not set A=1 to 2" in errors[0]
 
 
 def test_default_only_sets_absent_attributes_lookup_quirk_section_4_1():
@@ -328,10 +329,13 @@ def test_if_on_an_evalmacro_result_section_4_1():
 
 def test_if_version():
     macros = MacroSet(None, version="25.14.1")
-    for cond, expected in [("version >= 25.0", True), ("version >= 25.15", False), ("version == 25", True),
+    for cond, expected in [("version >= 25.0", True), ("version >= 25.15", False), ("version == 25.14", True),
                            ("version < 24.0.1", False), ("version <= 25.14.1", True)]:
         ad, _ = run(f"if {cond}\nSET Hit true\nelse\nSET Hit false\nendif", macros=macros)
         assert ad.eval("Hit") is expected, cond
+    # config.cpp Evaluate_config_if: a version with fewer than two fields is an invalid literal.
+    with pytest.raises(TransformError, match="the version literal is invalid"):
+        run("if version == 25\nSET Hit true\nendif", macros=macros)
 
 
 def test_nested_if_and_not_taken_branches_do_nothing():
@@ -341,7 +345,8 @@ def test_nested_if_and_not_taken_branches_do_nothing():
 
 
 def test_if_with_non_boolean_value_is_a_structural_error():
-    with pytest.raises(TransformError, match="not a simple boolean"):
+    """config.cpp Evaluate_config_if: a string is evaluated against the job, and is not a boolean."""
+    with pytest.raises(TransformError, match="is not a valid if condition because complex conditionals"):
         run('V = "hello world"\nif $(V)\nSET A 1\nendif')
 
 
@@ -349,17 +354,29 @@ def test_if_with_non_boolean_value_is_a_structural_error():
 
 
 def test_unknown_keyword_is_a_structural_error_with_file_and_line_section_4_1():
-    """§4.1: an unknown keyword fails the transform; the error names the config file and line."""
+    """ParseRulesCallback: an unknown keyword fails the transform when the line is run (not at load:
+    MacroStreamXFormSource::open only strips metadata); the error names the config file and line."""
+    t = Transform.parse("T", "SET A 1\nFROB A 2", Origin("routes/x.conf", 10), line_numbers=[11, 12])
     with pytest.raises(TransformError) as info:
-        Transform.parse("T", "SET A 1\nFROB A 2", Origin("routes/x.conf", 10), line_numbers=[11, 12])
+        t.apply(ad_of(""), MacroSet(None))
     assert str(info.value) == "routes/x.conf:12: FROB is not a valid transform keyword"
+    with pytest.raises(TransformError):
+        t.validate(MacroSet(None))
 
 
 def test_missing_argument_is_a_structural_error_section_4_1():
+    """ParseRulesCallback: nothing after the keyword, or one argument to a two-argument keyword, fails."""
     with pytest.raises(TransformError, match="SET needs an argument"):
-        Transform.parse("T", "SET")
-    with pytest.raises(TransformError, match="REQUIREMENTS"):
-        Transform.parse("T", "REQUIREMENTS")
+        run("SET")
+    with pytest.raises(TransformError, match="SET needs 2 arguments"):
+        run("SET A")
+    with pytest.raises(TransformError, match="SET needs 2 arguments"):
+        run("SET A =")
+    # A bare REQUIREMENTS is not stripped at load (no white space after it) and fails when run.
+    with pytest.raises(TransformError, match="REQUIREMENTS needs an argument"):
+        run("REQUIREMENTS")
+    # ValidateRulesCallback does not count arguments: `SET A` passes route validation.
+    Transform.parse("T", "SET A").validate(MacroSet(None))
 
 
 def test_unparsable_requirements_is_a_structural_error():
@@ -367,22 +384,23 @@ def test_unparsable_requirements_is_a_structural_error():
         Transform.parse("T", "REQUIREMENTS Owner ==")
 
 
-@pytest.mark.parametrize("body,message", [
-    ("if true\nSET A 1", "'if' without 'endif'"),
-    ("else\nSET A 1", "'else' without 'if'"),
-    ("endif", "'endif' without 'if'"),
-    ("if true\nelse\nelse\nendif", "'else' after 'else'"),
-    ("if\nendif", "'if' without a condition"),
+@pytest.mark.parametrize("body,message", [  # config.cpp ConfigIfStack::line_is_if / Parse_macros messages
+    ("if true\nSET A 1", "endif\\(s\\) not found before end-of-file"),
+    ("else\nSET A 1", "else without matching if"),
+    ("endif", "endif without matching if"),
+    ("if true\nelse\nelse\nendif", "else is not allowed after else"),
+    ("if\nendif", "is not a valid if condition because expression is not a conditional"),
 ])
 def test_broken_if_nesting(body, message):
+    t = Transform.parse("T", body)  # loads: open() does not look at if/else
     with pytest.raises(TransformError, match=message):
-        Transform.parse("T", body)
+        t.apply(ad_of(""), MacroSet(None))
 
 
 def test_line_numbers_default_to_offsets_from_the_knob():
     """Without a line map, line k of an @= block is k+1 lines after the knob's NAME line."""
     with pytest.raises(TransformError) as info:
-        Transform.parse("T", "SET A 1\nBOGUS", Origin("f.conf", 5))
+        Transform.parse("T", "SET A 1\nBOGUS", Origin("f.conf", 5)).apply(ad_of(""), MacroSet(None))
     assert info.value.origin == Origin("f.conf", 7)
 
 
@@ -405,7 +423,7 @@ def test_comments_and_blank_lines_are_ignored():
     ("Missing == 1", "", False),  # UNDEFINED is not a boolean -> false
     ("1", "", True),  # numbers count as booleans (IsBooleanValueEquiv)
     ('"text"', "", False),
-    ("error", "", True),  # an evaluation error -> true (xform_utils.cpp:1066-1078)
+    ("error", "", False),  # evaluates (to ERROR), which is no boolean: MacroStreamXFormSource::matches
 ])
 def test_transform_requirements_rule_section_4_1(req, job, expected):
     t = Transform.parse("T", f"REQUIREMENTS {req}\nSET A 1")
