@@ -325,7 +325,8 @@ def test_structural_error_at_run_time_fails_the_job_section_4_1():
     condition is `pilot`, which config.cpp Evaluate_config_if calls "not a conditional"."""
     r = router(BASIC.replace('SET Chosen "B"', 'if $(MY.Owner)\n  SET X 1\n  endif'))
     routed = r.route_job(job(), r.routes[1])
-    assert routed.failed and "$(MY.Owner) is not a valid if condition because expression is not a conditional" in routed.errors[0]
+    assert routed.failed
+    assert "$(MY.Owner) is not a valid if condition because expression is not a conditional" in routed.errors[0]
 
 
 def test_bad_set_in_route_is_logged_not_fatal_section_4_1():
