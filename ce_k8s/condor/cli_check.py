@@ -10,6 +10,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="PATH",
                         help="a condor_config file or a directory of config files "
                              "(default: the shipped config.d/ and routes/)")
+    from ce_k8s.condor.cli_route import add_config_arguments
+
+    add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ce_k8s.condor.cli_route import load_config
 
-        cfg, notes = load_config(args.config)
+        cfg, notes = load_config(args.config, no_commands=getattr(args, "no_commands", False),
+                                 htcondor_version=getattr(args, "htcondor_version", None))
     except (ConfigError, OSError) as exc:
         print(f"ce-k8s routes check: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a condor_config file or a directory of config files "
                              "(default: the shipped config.d/ and routes/)")
     parser.add_argument("--json", action="store_true", help="print a JSON list, one object per job")
+    add_config_arguments(parser)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--no-commands`` and ``--htcondor-version``: how the configuration is read (route and routes check)."""
+    from ce_k8s.condor.config import installed_version, parse_version
+
+    def version(text: str) -> tuple[int, int, int]:
+        try:
+            return parse_version(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument("--no-commands", action="store_true",
+                        help="do not run the commands the configuration names (LOCAL_CONFIG_FILE = cmd |, "
+                             "include command : cmd); a note names each one whose output is missing")
+    parser.add_argument("--htcondor-version", type=version, metavar="X.Y.Z",
+                        help="the HTCondor version to model (if version ..., old-syntax routes); default: the "
+                             "installed htcondor package's, " + ".".join(map(str, installed_version()))
+                             + "; on a CE: --htcondor-version \"$(condor_ce_version)\"")
 
 
 @dataclass
@@ -65,24 +85,31 @@ class JobResult:
     kubernetes: bool = True
 
 
-def load_config(path: str | None) -> tuple[CondorConfig, list[str]]:
-    """The configuration, converted from old route syntax when needed (with a note saying so)."""
-    from ce_k8s.condor.config import CondorConfig
+def load_config(path: str | None, *, no_commands: bool = False,
+                htcondor_version: tuple[int, int, int] | None = None) -> tuple[CondorConfig, list[str]]:
+    """The configuration as the modelled HTCondor's job router reads it, and notes for the caller.
 
-    cfg = CondorConfig.load(path)
+    Read with HTCondor's own reader too (it runs the configuration's commands) unless
+    ``no_commands``; ``htcondor_version`` is the version modelled (default: the installed wheel's).
+    Old-syntax routes are converted only where that version reads them (``oldsyntax.gated_config``).
+
+    Returns ``(cfg, notes)``: ``notes`` are plain strings (``note: ...`` lines), today only the
+    conversion notice; every finding of the reader itself, with its severity (a command not run,
+    HTCondor refusing the configuration, old-syntax routes the version does not read), is in
+    ``cfg.diagnostics``, which ``routes check`` reports and ``route`` prints.
+    """
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.condor.oldsyntax import gated_config
+
+    cfg = CondorConfig.load(path, run_commands=not no_commands, version=htcondor_version)
     notes: list[str] = []
-    try:
-        oldsyntax = importlib.import_module("ce_k8s.condor.oldsyntax")
-    except ImportError:
-        return cfg, notes
-    has_old = getattr(oldsyntax, "has_old_syntax", None)
-    convert = getattr(oldsyntax, "converted_config", None)
-    if has_old is not None and convert is not None and has_old(cfg):
-        cfg = convert(cfg)
-        notes.append("the configuration uses the old JOB_ROUTER_ENTRIES route syntax, which HTCondor >= 24.10 "
-                     "ignores; it was converted to JOB_ROUTER_ROUTE_<name> transforms for this run "
-                     "(see 'ce-k8s routes convert')")
-    return cfg, notes
+    gated, found, converted = gated_config(cfg)
+    gated.diagnostics.extend(d for d in found if d not in gated.diagnostics)
+    if converted:
+        notes.append(f"the configuration uses the old JOB_ROUTER_ENTRIES route syntax, which the modelled HTCondor "
+                     f"{'.'.join(map(str, cfg.version))} still reads (24.10.0 and later do not); it was converted to "
+                     "JOB_ROUTER_ROUTE_<name> transforms for this run (see 'ce-k8s routes convert')")
+    return gated, notes
 
 
 def _translator():
@@ -318,12 +345,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"ce-k8s route: no job ads in {source}", file=sys.stderr)
         return 2
     try:
-        cfg, notes = load_config(args.config)
+        cfg, notes = load_config(args.config, no_commands=getattr(args, "no_commands", False),
+                                 htcondor_version=getattr(args, "htcondor_version", None))
     except (ConfigError, OSError) as exc:
         print(f"ce-k8s route: {exc}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"ce-k8s route: note: {note}", file=sys.stderr)
+    for finding in getattr(cfg, "diagnostics", []):
+        print(f"ce-k8s route: {finding}", file=sys.stderr)
     router = RouterConfig.from_config(cfg)
     for problem in router.errors:
         print(f"ce-k8s route: config error: {problem}", file=sys.stderr)

@@ -107,8 +107,9 @@ Version = tuple[int, int, int]
 
 
 def parse_version(text: str) -> Version:
-    """``X.Y.Z`` (or ``X.Y``, ``vX.Y.Z``, ``25.14.1-1.el9``) as a tuple; ValueError otherwise."""
-    m = re.match(r"\s*[vV]?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    """``X.Y.Z`` as a tuple; also ``X.Y``, ``vX.Y.Z``, ``25.14.1-1.el9`` and what ``condor_version``
+    prints (``$CondorVersion: 24.0.3 2024-12-05 ... $``: the first X.Y[.Z] counts). ValueError otherwise."""
+    m = re.search(r"(?<![\d.])(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not m:
         raise ValueError(f"not an HTCondor version: {text!r} (expected X.Y.Z)")
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
@@ -117,7 +118,7 @@ def parse_version(text: str) -> Version:
 def installed_version() -> Version:
     """The installed htcondor wheel's version (``classad2.version()``): what ce-k8s models by default."""
     try:
-        return parse_version(re.sub(r"^\D+", "", classad2.version()))
+        return parse_version(classad2.version())
     except ValueError:  # pragma: no cover - defensive: an odd version string
         log.debug("unparsable classad2 version, assuming 25.0.0")
     return (25, 0, 0)
@@ -591,6 +592,12 @@ class CondorConfig:
                 continue  # the LOCAL_CONFIG_DIR line written to read a directory input
             key = knob.name.lower()
             ours = self._table.get(key)
+            if knob.source == htconfig.DEFAULT_SOURCE:
+                # HTCondor keeps no place for a file line that sets a knob to its default value
+                # (insert_macro marks it "matches default"); such a knob is ours, if we read it so
+                if ours is not None and ours.value == knob.value:
+                    table[key] = ours
+                continue
             if ours is not None and ours.value == knob.value:
                 table[key] = ours
                 continue

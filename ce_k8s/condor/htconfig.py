@@ -11,8 +11,8 @@ applies ``+=``, ``if``/``elif`` and self references with its own code.
 
 The child sets the subsystem to ``JOB_ROUTER`` before reading (``htcondor2.set_subsystem``), so
 ``$(SUBSYSTEM)`` and ``JOB_ROUTER.`` prefixed self references resolve as the router sees them, then
-walks HTCondor's table with ``foreach_param`` (condor_config.cpp) and reports, for every knob a
-config source set, the *raw* stored value (``hash_iter_value``: unexpanded, as ``param_unexpanded``
+walks HTCondor's table with ``foreach_param`` (condor_config.cpp) and reports, for every knob, the
+*raw* stored value (``hash_iter_value``: unexpanded, as ``param_unexpanded``
 returns it) and where it was set (``hash_iter_meta`` + ``config_source_by_id``: file and line, the
 command string for command output, and the metaknob id for knobs a ``use`` line set). These
 functions take and return C types (a ``HASHITER&`` is a pointer), so ctypes can call them.
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 READER_TIMEOUT = 120.0
 #: HTCondor's name for the built-in values it detects (hostnames, OS, ...).
 DETECTED_SOURCE = "<Detected>"
+#: HTCondor's name for its param table; a file that sets a knob to its default value is recorded so.
+DEFAULT_SOURCE = "<Default>"
 ENVIRONMENT_SOURCE = "<Environment>"
 
 # Runs in ``python -I``: imports only htcondor2, ctypes, glob, json, os, sys.
@@ -74,7 +76,7 @@ def visit(user, it):
                  where.source_line if where else 0, where.source_meta_id if where else -1])
     return True
 
-each(1, CALLBACK(visit), None)  # 1 = HASHITER_NO_DEFAULTS: only what a source set
+each(0, CALLBACK(visit), None)  # defaults too: a file setting a knob to its default is recorded as one
 sys.stdout.write(json.dumps({"version": htcondor2.version(), "knobs": rows}))
 """
 

@@ -1,7 +1,7 @@
 """Convert old-syntax job routes (``JOB_ROUTER_ENTRIES`` ClassAds) into ``JOB_ROUTER_ROUTE_<name>``.
 
-HTCondor 24.10+ (and so every CE ce-k8s supports) ignores ``JOB_ROUTER_DEFAULTS``/``_ENTRIES``/
-``_ENTRIES_FILE``/``_ENTRIES_CMD`` (jobrouter-protocol.md §1.2, §4.2). Sites upgrading from CE ≤ 23
+HTCondor 24.10+ ignores ``JOB_ROUTER_DEFAULTS``/``_ENTRIES``/``_ENTRIES_FILE``/``_ENTRIES_CMD``
+(``gated_config`` says exactly which HTCondor version reads what). Sites upgrading from CE ≤ 23
 still have them, so this module does what the router did when it loaded them: each entry is
 *defaults ∪ entry* (entry wins), then ``ConvertClassadJobRouterRouteToXForm`` (xform_utils.cpp, 24.0)
 turns the ad into transform statements:
@@ -32,6 +32,7 @@ from pathlib import Path
 import classad2
 
 from ce_k8s.condor.config import CondorConfig, ConfigError, Origin
+from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.wire import unparse_old
 
 log = logging.getLogger(__name__)
@@ -618,3 +619,59 @@ def converted_config(cfg: CondorConfig) -> CondorConfig:
     new.warnings.extend(result.warnings)
     log.info("converted %d old-syntax routes: %s", len(result.routes), " ".join(result.routes))
     return new
+
+
+# ---- which HTCondor reads what -------------------------------------------------------------------
+
+#: HTCondor 23.5.0 turned ``JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES``' default from true to false
+#: (HTCONDOR-2260: JobRouter.cpp ``JobRouter::config``/``initRouterDefaultsAd``; the 24.0 LTS series
+#: keeps that rule).
+ENTRIES_OFF_BY_DEFAULT = (23, 5, 0)
+#: HTCondor 24.10.0 removed the old syntax from the router (HTCONDOR-3118, v24 version history):
+#: ``JOB_ROUTER_ENTRIES*``/``_DEFAULTS`` are only named in a warning and a ``[...]`` route is not read.
+OLD_SYNTAX_REMOVED = (24, 10, 0)
+_GATED_KNOBS = ("JOB_ROUTER_DEFAULTS", *ENTRY_KNOBS)
+
+
+def _version_text(version: tuple[int, int, int]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def gated_config(cfg: CondorConfig) -> tuple[CondorConfig, list[Diagnostic], bool]:
+    """``cfg`` as the modelled HTCondor (``cfg.version``) routes with its old-syntax routes.
+
+    Returns (configuration, findings, converted): before 24.10 the old routes the router reads are
+    converted to ``JOB_ROUTER_ROUTE_<name>`` (entries only when ``JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES``
+    is true, its default being true before 23.5.0 and false from then on; ``[...]`` route knobs
+    always); from 24.10 nothing is converted and each old knob is an ERROR whose fix is
+    ``ce-k8s routes convert`` (the router routes no job through them).
+    """
+    if not has_old_syntax(cfg):
+        return cfg, [], False
+    version = cfg.version
+    found: list[Diagnostic] = []
+    if version >= OLD_SYNTAX_REMOVED:
+        modelled, removed = _version_text(version), _version_text(OLD_SYNTAX_REMOVED)
+        for knob in (*(k for k in _GATED_KNOBS if cfg.raw(k)), *_classad_route_knobs(cfg)):
+            where = cfg.origin(knob) or Origin("<config>", 0)
+            found.append(Diagnostic(where.file, where.line, Severity.ERROR,
+                                    f"{knob} is old-syntax route configuration, which HTCondor {modelled} does not "
+                                    f"read (removed in {removed}): the router routes no job through it; convert it "
+                                    "with 'ce-k8s routes convert'"))
+        return cfg, found, False
+    use_entries = cfg.get_bool("JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES", version < ENTRIES_OFF_BY_DEFAULT)
+    gated = cfg
+    if not use_entries and any(cfg.raw(k) for k in _GATED_KNOBS):
+        gated = cfg.copy()
+        for knob in _GATED_KNOBS:
+            if cfg.raw(knob):
+                where = cfg.origin(knob) or Origin("<config>", 0)
+                found.append(Diagnostic(where.file, where.line, Severity.WARNING,
+                                        f"{knob} is ignored by HTCondor {_version_text(version)} because "
+                                        "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES is false (the router logs this and "
+                                        "carries on): no job is routed through these entries"))
+            gated.unset(knob)
+        gated.unset("JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES")
+    if not has_old_syntax(gated):
+        return gated, found, False
+    return converted_config(gated), found, True
