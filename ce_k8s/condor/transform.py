@@ -109,7 +109,14 @@ class TransformError(Exception):
 
 
 class MacroError(ValueError):
-    """A ``$(...)`` reference that cannot be expanded (bad function call, index out of range)."""
+    """A ``$(...)`` reference that cannot be expanded (bad function call, index out of range).
+
+    ``replacement`` is what HTCondor puts in its place when it carries on (usually nothing).
+    """
+
+    def __init__(self, message: str, replacement: str = "") -> None:
+        super().__init__(message)
+        self.replacement = replacement
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,8 +295,9 @@ class _Expander:
     def __init__(self, macros: MacroSet, ad: classad2.ClassAd | None, errors: list[str] | None = None) -> None:
         self.macros = macros
         self.ad = ad
-        # With a sink, a failing $FUNC() is logged and expansion of the line stops there, leaving
-        # the rest as written (config.cpp expand_macro: might_EXCEPT, then break); without, it raises.
+        # With a sink, a failing $FUNC() is logged and expands to nothing, and the rest of the line
+        # is still expanded (config.cpp, the char* expand_macro the transforms use: might_EXCEPT
+        # records the message, evaluate_macro_func returns ""); without a sink it raises.
         self.errors = errors
 
     def raw(self, name: str) -> str | None:
@@ -320,7 +328,7 @@ class _Expander:
                 if self.errors is None:
                     raise
                 self.errors.append(str(exc))
-                return text
+                replacement = exc.replacement
             if replacement is None:
                 pos = end + 1  # left as written; keep scanning after it
                 continue
@@ -384,7 +392,7 @@ def _format(fmt: str, value: object, default: str, what: str) -> str:
     try:
         return fmt % (value,)
     except (TypeError, ValueError):
-        raise MacroError(f"{what} error: '{fmt}' is not a valid format specifier") from None
+        raise MacroError(f"{what} macro: '{fmt}' is not a valid format specifier!", replacement=fmt) from None
 
 
 def _evaluate_alone(text: str) -> object:
@@ -412,7 +420,7 @@ def _fn_int(exp: _Expander, body: str) -> str:
     text = exp.text_or_literal(arg)
     value = _long_param(text)
     if value is None:
-        raise MacroError(f"$INT() error: {text} does not evaluate to an integer")
+        raise MacroError(f"$INT() macro: {text} does not evaluate to an integer!")
     return _format(fmt, value, "%d", "$INT()")
 
 
@@ -426,7 +434,7 @@ def _fn_real(exp: _Expander, body: str) -> str:
         if isinstance(value, bool):
             value = float(value)
     if not is_number(value):
-        raise MacroError(f"$REAL() error: {text} does not evaluate to a real")
+        raise MacroError(f"$REAL() macro: {text} does not evaluate to an real!")
     out = _format(fmt, float(value), "%.16G", "$REAL()")
     if fmt.strip() and "." not in out:
         out += ".0"  # an explicit format still has to look like a real
@@ -584,7 +592,7 @@ def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = Non
     """Expand every ``$(...)`` reference in one line.
 
     A bad ``$FUNC()`` call raises MacroError, unless ``errors`` is given: then it is recorded
-    there and the line is returned expanded up to that reference, as the router does.
+    there and the call expands to nothing, as the router does.
     """
     return _Expander(macros, ad, errors).expand(text)
 

@@ -431,15 +431,18 @@ def test_dollar_functions_in_statements():
     assert not result.failed and ad.eval("After") == 1
 
 
-def test_dollar_int_of_a_non_number_is_logged_and_expansion_stops_there():
-    """config.cpp expand_macro: a failing $INT() is reported (might_EXCEPT → the macro set's errors,
-    which TransformClassAd logs as "ERROR in transform") and expansion of the line stops, leaving
-    that reference and the rest as written; the statement then runs on that text."""
+def test_dollar_int_of_a_non_number_is_logged_and_expands_to_nothing():
+    """config.cpp, the char* expand_macro transforms use (evaluate_macro_func): a failing $INT()
+    is reported through might_EXCEPT (the macro set's errors, logged by the router as
+    "ERROR in route") and expands to nothing; the rest of the line is still expanded and the
+    statement runs on the result. The expected values are what HTCondor's TransformClassAd gave
+    for this route (tests/condor/xform_oracle.py)."""
     result = routed(router(FUNCS), job())
     warnings = messages(result.diagnostics, Severity.WARNING)
-    assert any("$INT() error: abc does not evaluate to an integer" in m for m in warnings), warnings
-    assert "IntBad" not in result.ad  # `$INT(word)` is no valid expression: SET logs and skips
-    assert result.ad.eval("IntBadQuoted") == "$INT(word) $(word)"
+    assert any("$INT() macro: abc does not evaluate to an integer!" in m for m in warnings), warnings
+    assert "IntBad" not in result.ad  # `SET IntBad ` has no expression left: logged, skipped
+    assert result.ad.eval("IntBadQuoted") == " abc"
+    assert not result.failed
 
 
 # ---- issue 14.3: HTCondor-CE's WholeNode post-route transform on a grid route ---------------------
