@@ -273,3 +273,37 @@ def test_cron_configuration():
     assert (cfg.get("SCHEDD_CRON_CEK8SINFO_PREFIX") or "") == ""
     assert cfg.get_bool("SCHEDD_CRON_CEK8SINFO_KILL", False) is True
     assert int(cfg.get("SCHEDD_CRON_CEK8SINFO_PERIOD")) <= 300  # at least once per SCHEDD_INTERVAL
+
+
+def _config_with(tmp_path, text: str) -> str:
+    """The test configuration plus one more file (a site's SCHEDD_NAME, say), read after it."""
+    extra = tmp_path / "d"
+    extra.mkdir(exist_ok=True)
+    (extra / "90-site.conf").write_text(text)
+    conf = tmp_path / "condor_config"
+    conf.write_text(f"LOCAL_CONFIG_DIR = config.d, tests/info/config/d, {extra}\n")
+    return str(conf)
+
+
+def _relabel(doc: dict, ce_label: str) -> dict:
+    for item in doc["items"]:
+        labels = item.get("metadata", {}).get("labels") or {}
+        if "ce-k8s.htcondor.org/ce" in labels:
+            labels["ce-k8s.htcondor.org/ce"] = ce_label
+    return doc
+
+
+def test_pilots_are_ours_by_the_name_the_ce_schedd_advertises(capsys, tmp_path):
+    """With no CE_K8S_CE_NAME the CE name is the schedd's Name (SCHEDD_NAME completed with
+    @FULL_HOSTNAME): pods labelled with the host name alone belong to another CE on the cluster."""
+    from ce_k8s.pods.names import label_value
+
+    config = _config_with(tmp_path, "SCHEDD_NAME = ce-b\n")
+    out, code = run_info(capsys, "--config", config, "--cluster-snapshot", "tests/info/snapshots/mixed.json")
+    ad = parse(out)
+    assert code == 0 and (ad["K8sPilotsRunning"], ad["K8sPilotsPending"]) == (0, 0)
+    assert ad["grid_resource"] == "condor ce-b ce01.example.edu:9619"  # the CE's own expression
+    doc = _relabel(snapshot_doc("mixed"), label_value("ce-b@ce01.example.edu"))
+    out, code = run_info(capsys, "--config", config, "--cluster-snapshot", write_doc(tmp_path, doc))
+    ad = parse(out)
+    assert code == 0 and (ad["K8sPilotsRunning"], ad["K8sPilotsPending"]) == (4, 1)
