@@ -1,7 +1,7 @@
 """What the four hook executables share: bounded stdin, a hard deadline, tiny ad scanning.
 
 Standard library only, and only cheap modules (`posix`, `_signal`, `sys`, `time`): the router
-forks one hook per job per poll and never times it out (jobrouter-protocol.md §0, §2.1), so every
+forks one hook per job per poll and never times it out (docs/hook-protocol.md §0, §2.1), so every
 import is paid thousands of times a minute and every hang blocks that job for good. Measured
 (`-X importtime` and per-process CPU from `wait4`, issue 7): `os` alone adds ~1.1 ms of CPU to a
 6.3 ms bare start, `__future__` ~0.15 ms, a shared-library extension such as `_socket` ~0.35 ms;
@@ -17,7 +17,7 @@ MAX_STDIN = 4 * 1024 * 1024
 
 
 def log(message: str) -> None:
-    """One line to stderr: the router copies hook stderr into the JobRouterLog (§2.1)."""
+    """One line to stderr: the router copies hook stderr into the JobRouterLog (hook-protocol.md §2.1)."""
     try:
         posix.write(2, ("ce-k8s: " + message.replace("\n", " ") + "\n").encode("utf-8", "replace"))
     except OSError:
@@ -27,7 +27,7 @@ def log(message: str) -> None:
 def arm_deadline(seconds: float, exit_code: int) -> None:
     """Exit with `exit_code` (never by a signal) if the hook is still running after `seconds`.
 
-    A hook killed by a signal counts as exit 0 for the router (§2.1), which for cleanup means
+    A hook killed by a signal counts as exit 0 for the router (hook-protocol.md §2.1), which for cleanup means
     "done" although the pod was not deleted; so the alarm handler exits with the hook's own
     failure code instead. The socket calls have their own, shorter deadlines; this is the
     backstop for anything else (a stuck stdin pipe, a slow disk).
@@ -143,7 +143,7 @@ def ad_grid_resource(data: bytes) -> str | None:
     of the name, no per-line loop. Only a line `GridResource = "<old-syntax string>"` counts (a
     bare `"` inside the value disqualifies it); of several, the last wins, as with ClassAd Insert.
     A line made by a raw newline inside another attribute's string (sPrintAd writes those raw,
-    jobrouter-protocol.md §2.2) does not qualify in practice: its first bare `"` closes that other
+    docs/hook-protocol.md §2.2) does not qualify in practice: its first bare `"` closes that other
     string, and what the ClassAd grammar allows after it is an operator or a delimiter, never the
     first word of a GridResource. (The job's owner would gain nothing anyway: it may talk to the
     agent about its own jobs directly, docs/security.md.)

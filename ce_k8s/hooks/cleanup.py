@@ -1,6 +1,6 @@
 """JOB_CLEANUP hook: ask the agent to delete the routed job's pod and Secret.
 
-Called once a routed ad exists, after success or failure (jobrouter-protocol.md §2.5). Exit 0
+Called once a routed ad exists, after success or failure (docs/hook-protocol.md §2.5). Exit 0
 means "done" to the router; any other exit is retried on every poll until it succeeds, which is
 what we want while the agent is unreachable: the pod must not outlive its job. "Not found" is
 success. A routed ad without `K8sPodName` never got a pod, so there is nothing to do, and neither

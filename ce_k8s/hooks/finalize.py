@@ -1,6 +1,6 @@
 """JOB_FINALIZE hook: put the pod's stdout/stderr where Condor-C will return them to the factory.
 
-stdin is `sPrintAd(source) + "\\n------\\n" + sPrintAd(routed)` (jobrouter-protocol.md §2.4).
+stdin is `sPrintAd(source) + "\\n------\\n" + sPrintAd(routed)` (docs/hook-protocol.md §2.4).
 The factory stages out the source job's `Out`/`Err` from the CE spool and treats an empty `.out`
 as "CompletedNoOut" (htcondor-ce.md §6.4), so the logs matter. The hook runs as the job owner,
 so it writes the files itself (the agent, which owns the Kubernetes credentials, streams the log
@@ -19,7 +19,7 @@ Another backend's job (the routed ad's `GridResource` does not start with the wo
 `CE_K8S_GRID_RESOURCE`, docs/routes.md "CEs with other backends") is not ours: the hook exits 0
 at once, writes no file and never asks the agent.
 
-Exit status is always 0: a non-zero exit re-runs the whole pilot (RerouteJob, another pod, §2.4),
+Exit status is always 0: a non-zero exit re-runs the whole pilot (RerouteJob, another pod, hook-protocol.md §2.4),
 and a re-run never brings the lost log back; it costs a pilot slot and produces another pilot's
 log instead (docs/install.md, "Output return", says why exit 0 is the milder outcome). When the
 output cannot be had, the hook still creates an empty `Out` (so stage-out finds a file) and puts a
@@ -160,7 +160,7 @@ def _writer(fd: int):
 
 
 def _split(text: str) -> tuple[str, str] | None:
-    # sPrintAd ends with "\n", so the exact separator is an empty line then dashes (§2.4).
+    # sPrintAd ends with "\n", so the exact separator is an empty line then dashes (hook-protocol.md §2.4).
     for sep in ("\n\n------\n", "\n------\n"):
         src, found, dest = text.partition(sep)
         if found:

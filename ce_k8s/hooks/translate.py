@@ -1,6 +1,6 @@
 """TRANSLATE_JOB hook: echo the source ad, make the routed job inert, name its pod.
 
-The router replaces the routed ad with this hook's stdout (jobrouter-protocol.md §2.2), so the
+The router replaces the routed ad with this hook's stdout (docs/hook-protocol.md §2.2), so the
 output is the *whole* input ad.
 
 Only for a Kubernetes route: the router runs this hook for every routed job on the CE
@@ -12,7 +12,7 @@ and the router routes exactly what it would have (docs/routes.md, "CEs with othe
 For a Kubernetes route, what changes:
 
 * `Managed = "ScheddDone"`, `ManagedManager = "ce-k8s"`: nobody but ce-k8s acts on the routed job
-  (§3). "ScheddDone" ("the gridmanager is completely done with this job") is the one value that
+  (hook-protocol.md §3). "ScheddDone" ("the gridmanager is completely done with this job") is the one value that
   both the schedd and the gridmanager leave alone, read from HTCondor v23.9.6 (same on 25.x):
   `src/condor_schedd.V6/schedd.cpp` count_jobs counts a grid-universe job towards starting a
   condor_gridmanager for its owner only when `Managed != "ScheddDone"`, and every job query of
@@ -20,24 +20,24 @@ For a Kubernetes route, what changes:
   gridmanager's jobs, new jobs, removals, dirty jobs) excludes `Managed == "ScheddDone"`
   (`expr_not_completely_done`). "External", which this hook used before, is the gridmanager's
   *own* marker: its first contact adopts every grid job with `Managed == "External"`, and on a
-  real 23.9 it submitted our routed jobs to BLAH (testbed-measurements.md §3c), a second run of the
+  real 23.9 it submitted our routed jobs to BLAH (finding R1 in docs/real-condor.md), a second run of the
   pilot. `src/condor_job_router/JobRouter.cpp` GetCandidateJobs' umbrella constraint excludes
   "ScheddDone" too, so the router never takes a routed job for a new source job. `ManagedManager`
   stays the marker of who owns the job.
 * `K8sAttempt`: 0, or the source job's `K8sAttempt` + 1 when it carries one (after a reroute,
   via `CE_K8S_ATTRS_TO_COPY`), so a rerouted pilot never reuses the old pod's name.
 * `K8sPodName = pod_name(GlobalJobId, K8sAttempt)`: deterministic, so a re-translation after any
-  failure names the same pod and the agent adopts instead of duplicating (DESIGN decision 5).
+  failure names the same pod and the agent adopts instead of duplicating (docs/design.md Decision 5).
 * `K8sSourceGlobalJobId`: the source `GlobalJobId`, verbatim. VanillaToGrid deletes `GlobalJobId` from
-  the routed ad (§2.2 step 1), and the agent needs it to name the pod of a later attempt.
-* `JobUniverse` is added if missing: without it VanillaToGrid aborts the whole router (§2.2).
+  the routed ad (hook-protocol.md §2.2 step 1), and the agent needs it to name the pod of a later attempt.
+* `JobUniverse` is added if missing: without it VanillaToGrid aborts the whole router (hook-protocol.md §2.2).
 * Every incoming `K8s*` attribute is dropped: Kubernetes settings are the site's, chosen by routes
-  (DESIGN decision 1), never by the factory that wrote the job ad (tests/hardening/test_injection.py).
-* A line that continues an open string literal (sPrintAd writes raw newlines, §2.2) belongs to the
+  (docs/design.md Decision 1), never by the factory that wrote the job ad (tests/hardening/test_injection.py).
+* A line that continues an open string literal (sPrintAd writes raw newlines, hook-protocol.md §2.2) belongs to the
   attribute before it, even if it looks like `Name = value`: job text cannot smuggle attributes.
 
 The translate hook never talks to the agent: pod creation happens on the first update, once the
-routed ad carries every transform's result (DESIGN decision 1).
+routed ad carries every transform's result (docs/design.md Decision 1).
 """
 
 import sys
@@ -73,7 +73,7 @@ def _is_attr_start(line: str) -> str | None:
 
 
 def _string_open(text: str, open_: bool) -> bool:
-    """Whether an old-syntax string literal is still open after `text` (only `\\"` escapes, §2.2).
+    """Whether an old-syntax string literal is still open after `text` (only `\\"` escapes, hook-protocol.md §2.2).
 
     Jumps from quote to quote with `str.find`: a quote toggles the state unless it is inside a
     string and the character just before it (in this text) is a backslash.
@@ -195,7 +195,7 @@ def translate_ad_text(route_line: str, ad_text: str) -> str:
     nothing here depends on it. Every input attribute line is echoed byte for byte, except the
     attributes this hook sets, which are replaced.
     An attribute whose string value contained a raw newline (sPrintAd writes those unescaped,
-    §2.2) cannot survive the router's line parser and is dropped with a warning on stderr.
+    hook-protocol.md §2.2) cannot survive the router's line parser and is dropped with a warning on stderr.
     """
     del route_line
     groups: list[tuple[str, list[str]]] = []
@@ -228,7 +228,7 @@ def translate_ad_text(route_line: str, ad_text: str) -> str:
             continue
         raw[name] = lines[0].partition("=")[2].strip()
         if name.startswith("k8s"):
-            # Kubernetes settings are the site's, set by routes (DESIGN decision 1); the job's own
+            # Kubernetes settings are the site's, set by routes (docs/design.md Decision 1); the job's own
             # K8s* attributes would otherwise survive wherever a route does not SET them.
             if name not in _OURS:
                 log(f"dropping job attribute {lines[0].partition('=')[0].strip()}: K8s* settings come from routes")
@@ -262,7 +262,7 @@ def translate_ad_text(route_line: str, ad_text: str) -> str:
 
 
 def main() -> int:
-    """Exit 0 with the ad on success; exit 1 (graceful removal, retried later, §2.2) on bad input.
+    """Exit 0 with the ad on success; exit 1 (graceful removal, retried later, hook-protocol.md §2.2) on bad input.
 
     Another backend's job (see the module docstring) gets its source ad back unchanged, the bytes
     after the separator exactly as they arrived, and exit 0.

@@ -1,6 +1,6 @@
 """UPDATE_JOB_INFO hook: forward the routed ad to the agent, print only what changed.
 
-The router runs this once per routed job per poll (jobrouter-protocol.md §2.3, §8), so it is the
+The router runs this once per routed job per poll (docs/hook-protocol.md §2.3, §8), so it is the
 hottest code in ce-k8s: it imports almost nothing and asks the agent, which answers from its
 watch cache. Exit codes are chosen so every failure has the mildest consequence:
 
@@ -9,7 +9,7 @@ watch cache. Exit codes are chosen so every failure has the mildest consequence:
   agent is never asked, so a Slurm or HTCondor pilot never depends on our agent being up;
 * agent answered: exit 0, stdout = its lines (empty when nothing changed, the normal reply);
 * agent unreachable, slow, refusing, or any doubt about the reply: exit 1 with no stdout, which
-  the router treats as "no status sync this cycle" (§2.3). A parse error would instead remove
+  the router treats as "no status sync this cycle" (hook-protocol.md §2.3). A parse error would instead remove
   the routed job and re-run the pilot, so nothing is printed unless every line is safe.
 """
 
@@ -21,7 +21,7 @@ from ce_k8s.hooks._common import ad_grid_resource, arm_deadline, grid_resource_m
 
 EXIT_NO_SYNC = 1
 
-# Never printed, whatever the agent says: the schedd refuses or owns these (§2.3, §8).
+# Never printed, whatever the agent says: the schedd refuses or owns these (hook-protocol.md §2.3, §8).
 _FORBIDDEN = frozenset({"clusterid", "procid", "owner", "user", "osuser", "jobuniverse", "mytype",
                         "targettype", "totalsubmitprocs"})
 _FORBIDDEN_PREFIXES = ("x509", "authtoken")
@@ -40,7 +40,7 @@ def _safe_value(value: bytes) -> bool:
     """A literal the agent renders (`ce_k8s.agent.adtext.render`): a number/bool/undefined token,
     or a double-quoted string whose only escapes are `\\"` and that holds no control character.
     Anything else (unbalanced quotes, two values, an expression) is refused rather than risk a
-    router parse error (§2.3), whatever the agent sent."""
+    router parse error (hook-protocol.md §2.3), whatever the agent sent."""
     if any(c < 0x20 or c == 0x7F for c in value):
         return False
     if value[:1] == b'"':
