@@ -3,9 +3,9 @@
 Why not classad2 here: a full parse of a 150-attribute routed ad costs about a millisecond, and
 the update path must answer in well under 500 µs at 20,000 pods. After the first sight of a job,
 the agent only needs a dozen attribute values, so it scans the sPrintAd lines
-(`Name = value`, jobrouter-protocol.md §2.2) for those names and leaves everything else alone.
+(`Name = value`, docs/hook-protocol.md §2.2) for those names and leaves everything else alone.
 
-Output lines follow the router's stdout rules (§2.1, §8): `Name = value`, strings in double
+Output lines follow the router's stdout rules (hook-protocol.md §2.1, §8): `Name = value`, strings in double
 quotes with `"` escaped as `\\"`, no raw newlines. In the old ClassAd syntax the router parses,
 a backslash is not an escape character (checked against classad2's old parser), so backslashes
 in free text are replaced by `/` rather than risk a value ending in `\\"`.
@@ -70,7 +70,7 @@ def render(value: object) -> str:
 def changed_lines(desired: dict[str, object], current: dict[str, str]) -> str:
     """`Name = value` lines for the desired attributes whose rendering differs from the ad's.
 
-    The routed ad the hook receives lags one poll (§2.3), so a value printed last cycle may be
+    The routed ad the hook receives lags one poll (hook-protocol.md §2.3), so a value printed last cycle may be
     printed once more; that is harmless. Nothing is printed when nothing changed.
     """
     out = []

@@ -1,4 +1,4 @@
-"""The agent: the one process that talks to Kubernetes for the hooks (DESIGN decisions 2-5).
+"""The agent: the one process that talks to Kubernetes for the hooks (docs/design.md Decisions 2-5).
 
 Pieces, each in its own module:
 * `cache.PodCache` — LIST+WATCH of our pods; every update is answered from it;
@@ -108,7 +108,7 @@ class JobRecord:
     reason: str = ""
     # F1/F3 (docs/reliability.md): evidence that this attempt's pod already existed. `seen_uid` is
     # the uid of the pod once the cache, a create or an adoption showed it: a create re-run must
-    # then never POST a new pod of this name (the attempt has had its one pod, DESIGN decision 5).
+    # then never POST a new pod of this name (the attempt has had its one pod, docs/design.md Decision 5).
     # `check_history`: the first update this process saw already carried a reply of an earlier
     # agent (K8sPodReason), so the pod may have been created and vanished while no agent watched.
     seen_uid: str = ""
@@ -286,7 +286,7 @@ class Agent:
         names a pod that never existed. A re-routed job can name a pod the cleanup of an earlier
         routing of the same source job already saw (when that cleanup released a live pod instead,
         or the source job never got `K8sAttempt` copied); without this its create would be refused
-        for ever. A pod that existed is never made again this way (DESIGN decision 5)."""
+        for ever. A pod that existed is never made again this way (docs/design.md Decision 5)."""
         routed = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
         return bool(rec.cleaned_job) and routed != rec.cleaned_job and self._never_created(rec, name)
 
@@ -613,7 +613,7 @@ class Agent:
         return (protocol.STATUS_OK if deleted else protocol.STATUS_NOTFOUND), [f"{deleted} pod(s) deleted".encode()]
 
     def _forget_output(self, name: str, owner: str, gjid: str | None) -> None:
-        """Drop the saved output of `name` if it is this job's (finalize has run: §2.5 comes after §2.4)."""
+        """Drop the saved output of `name` if it is this job's (finalize ran: hook-protocol.md §2.5 follows §2.4)."""
         meta = self.output.meta(name)
         if meta is not None and meta.owner in (owner, label_value(owner)) \
                 and not (gjid and meta.global_job_id and meta.global_job_id != gjid):

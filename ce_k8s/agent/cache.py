@@ -1,4 +1,4 @@
-"""One LIST+WATCH of our pods, kept as compact summaries (DESIGN decision 3).
+"""One LIST+WATCH of our pods, kept as compact summaries (docs/design.md Decision 3).
 
 The watch resumes from the last resourceVersion it saw (events or bookmarks) when the stream
 ends or breaks, and relists only when the server says the version is too old (410 Gone), which
@@ -13,7 +13,7 @@ eviction must never be mistaken for an out-of-band deletion: that would hold a p
 should simply run again (docs/holds.md).
 
 The raw JSON is parsed with `json` and summarised immediately (`PodInfo`): the kubernetes
-client's model deserialisation costs ~0.1 ms per pod (testbed-measurements.md §1.3) and full
+client's model deserialisation costs ~0.1 ms per pod (docs/design.md "kmock 0.8, measured") and full
 objects would not fit the memory budget at 20,000 pods.
 """
 

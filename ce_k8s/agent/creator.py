@@ -9,7 +9,7 @@ mapping gives that a grace period, and after a restart the agent re-ensures the 
 that still wait. The alternative (Secret first, owner patched in later) leaves an ownerless Secret
 behind whenever the agent dies between the two calls.
 
-Exactly one pod per attempt (DESIGN decision 5): the name comes from the routed ad, so a retry
+Exactly one pod per attempt (docs/design.md Decision 5): the name comes from the routed ad, so a retry
 after a timeout (the server may have created the pod anyway) gets 409 AlreadyExists and adopts
 the pod, but only if its annotations name the same source job and owner.
 

@@ -1,6 +1,6 @@
 """The pod names this CE has POSTed, kept on disk so a restarted agent knows which attempts had a pod.
 
-Why (docs/reliability.md, F1): "exactly one pod per attempt" (DESIGN decision 5) needs proof that
+Why (docs/reliability.md, F1): "exactly one pod per attempt" (docs/design.md Decision 5) needs proof that
 an attempt's pod existed before the agent may move the job to the next attempt. A pod that is
 created, then evicted and deleted while no agent process watches leaves no tombstone, no
 `K8sPodUid` in the routed ad, and, if it went before the scheduler wrote anything, no Event either.

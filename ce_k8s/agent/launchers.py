@@ -2,7 +2,7 @@
 
 Why not the pip console scripts (`ce-k8s-update` ...): those run with `site` (the venv's .pth
 files, ~10 ms) and import `re`; the router forks the update hook once per job per poll
-(jobrouter-protocol.md §8), so the launcher skips `site` (`-S`), ignores the caller's
+(docs/hook-protocol.md §8), so the launcher skips `site` (`-S`), ignores the caller's
 `PYTHON*` environment (`-I`), and puts just the directory holding `ce_k8s` on `sys.path`.
 It ends with `exit_now` (`posix._exit`) instead of `sys.exit`: the interpreter's teardown is
 ~1.1 ms of CPU per process and a hook has nothing to tear down (see `ce_k8s.hooks._common`).
@@ -118,7 +118,7 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     """Write the launchers (mode 0755) into `directory` and return their paths.
 
     The router silently ignores a hook whose file or directory is world-writable
-    (jobrouter-protocol.md §1.1), so the directory is created 0755 and checked. `package_dir` is
+    (docs/hook-protocol.md §1.1), so the directory is created 0755 and checked. `package_dir` is
     the directory holding `ce_k8s` as the hooks will see it (default: this installation's); the
     real-HTCondor test bed runs them in a chroot where the package is mounted elsewhere.
     `grid_resource` is the CE's `CE_K8S_GRID_RESOURCE` (None: `protocol.DEFAULT_GRID_RESOURCE`).

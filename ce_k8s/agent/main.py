@@ -3,7 +3,7 @@
     ce-k8s agent [--config PATH] [--kubeconfig FILE] [--socket PATH] [--spool DIR]
     ce-k8s agent --install-hooks DIR [--socket PATH]
 
-Settings come from the CE's HTCondor configuration (`CE_K8S_*` knobs, DESIGN decision 9), plus
+Settings come from the CE's HTCondor configuration (`CE_K8S_*` knobs, docs/design.md Decision 9), plus
 the agent-only knobs of `ce_k8s.agent.options` (output directory and size, metrics address);
 the options override the knobs. Credentials: `--kubeconfig`, else `CE_K8S_KUBECONFIG` (knob or
 environment), else the in-cluster service account. `--install-hooks` writes the four fast hook

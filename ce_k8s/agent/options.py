@@ -2,7 +2,7 @@
 
 Why not in `ce_k8s.settings.Settings`: these only matter to the agent process (the pod
 builder, the information provider and the CLI never read them), so they live with it; they are
-HTCondor knobs all the same (DESIGN decision 9), read from the CE's configuration by
+HTCondor knobs all the same (docs/design.md Decision 9), read from the CE's configuration by
 `ce-k8s agent` and shown by `condor_ce_config_val`.
 
 | knob | default | meaning |

@@ -1,7 +1,7 @@
 """Pod output saved by the agent before it reports completion, so finalize never depends on the pod.
 
 Why: the finalize hook runs one poll or more after the update that reported `JobStatus = 4`
-(jobrouter-protocol.md §2.3, §2.4). By then the pod may be gone (GC, node loss, an admin), the
+(docs/hook-protocol.md §2.3, §2.4). By then the pod may be gone (GC, node loss, an admin), the
 API server may be unreachable, or the agent may have restarted. So the agent reads the pod's log
 once, as soon as the pod has finished and *before* the update hook may report completion, and
 keeps it here; `logs` serves it from disk, and cleanup deletes it.

@@ -2,7 +2,7 @@
 
 Why not keep the API objects: at 20,000 pods a full pod dict (or a kubernetes-client model) costs
 tens of KB each and the benchmark allows 300 MB RSS; a slotted summary built once per watch event
-costs a few hundred bytes, and the update path then reads plain attributes (DESIGN decision 3).
+costs a few hundred bytes, and the update path then reads plain attributes (docs/design.md Decision 3).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Client-side API budget (`CE_K8S_QPS` / `CE_K8S_BURST`) and retry back-off.
 
 Why on our side: throughput of peer systems is bounded by client QPS, and a CE that floods the
-API server with creates after a restart hurts every tenant of the cluster (peer-systems.md §16
-item 5, §17 row 12: client-go's default is 5 QPS, burst 10). Every mutating or reading call the
-agent makes (except the one long-lived watch) takes a token first.
+API server with creates after a restart hurts every tenant of the cluster (client-go's own
+default is 5 QPS, burst 10: `DefaultQPS`/`DefaultBurst` in k8s.io/client-go rest/config.go).
+Every mutating or reading call the agent makes (except the one long-lived watch) takes a token first.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why this care: the agent runs as root or as the CE's service account and reads pilot proxies and
 tokens out of the spool; the spool directories are writable by the job owners. A symlink planted
-there must not make the agent copy another user's credentials into a pod (DESIGN decision 6).
+there must not make the agent copy another user's credentials into a pod (docs/design.md Decision 6).
 The plan already checked each path lexically (`ce_k8s.pods.sandbox.check_inside_spool`); here
 every path must resolve to itself below the resolved spool root (no symlink anywhere below the
 spool, so the lexical check holds for the real file too), and is opened with `O_NOFOLLOW` as a

@@ -1,12 +1,12 @@
 """The agent's Unix socket: one request per connection, caller identified by `SO_PEERCRED`.
 
 Permissions (docs/agent.md): the socket is mode 0666 inside a root- or condor-owned 0755
-directory, because hooks run as the pilot accounts (jobrouter-protocol.md §2.1) and every one
+directory, because hooks run as the pilot accounts (docs/hook-protocol.md §2.1) and every one
 of them must be able to connect; *authorisation* is per request, from the kernel-verified uid of
 the connecting process, which cannot be forged (unlike anything in the payload).
 
 Why a hand-written `epoll` loop and not asyncio streams: every update hook is one connection
-(§0, §8), thousands a minute, and asyncio's stream machinery (a task, a StreamReader and a
+(hook-protocol.md §0, §8), thousands a minute, and asyncio's stream machinery (a task, a StreamReader and a
 StreamWriter per connection, `wait_for`, `drain`, the transport's close) cost ~140 µs of CPU per
 connection, twice the request handler itself (docs/performance.md, issue 7). This loop does per
 connection: `accept`, `getsockopt(SO_PEERCRED)`, usually one `recv` (the hook has sent its

@@ -9,7 +9,7 @@ factory reads `GridJobStatus` to tell pending from running (htcondor-ce.md §6.4
 * Pending → idle (1), `GridJobStatus = "PENDING"`, the scheduler's reason in `K8sPodReason`;
 * Running → running (2) with start dates, node, `GridJobId`, `NumJobStarts`;
 * Succeeded/Failed → completed (4) with the real `ExitCode` and `JobFinishedHookDone`, which the
-  router needs to finish the job (jobrouter-protocol.md §2.3, last bullet);
+  router needs to finish the job (docs/hook-protocol.md §2.3, last bullet);
 * failures with a name → held (5) with the stable codes of `ce_k8s.holds`;
 * eviction/preemption → idle again with the next attempt's pod name, up to `K8sMaxAttempts`.
 """
