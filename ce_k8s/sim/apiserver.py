@@ -16,7 +16,7 @@ Public API (documented in docs/testbed.md)::
 Why not a kmock subclass: kmock 0.8 scans every stored object on each write, keeps every request
 in a log that each new request is matched against, has no PUT, deleteCollection, paging,
 resourceVersion semantics, status subresource or namespaces resource, and answers 200 to creates
-(testbed-measurements.md §1.1-§1.3). Fixing all of that means replacing its store, router and
+(docs/design.md "kmock 0.8, measured"). Fixing all of that means replacing its store, router and
 watch, so this is a small aiohttp server of our own over an indexed store; the measured numbers
 are in docs/testbed.md. The HTTP layer here only parses requests, counts calls, injects faults
 and serialises answers; the semantics live in :mod:`ce_k8s.sim.k8s_api`.

@@ -1,7 +1,7 @@
 """The resource table of the emulated API server and the discovery documents built from it.
 
 kubectl and the official client discover resources before using them; kmock's discovery answers
-``groupVersion: "/v1"`` and drops trailing-slash paths (testbed-measurements.md §1.1), which
+``groupVersion: "/v1"`` and drops trailing-slash paths (docs/design.md "kmock 0.8, measured"), which
 breaks kubectl. Here the table is explicit and small: only what ce-k8s uses, each resource with the
 kind, scope, verbs and subresources a real v1.32 server advertises.
 """

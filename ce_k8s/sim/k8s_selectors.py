@@ -1,6 +1,6 @@
 """Label and field selectors, parsed and matched the way the API server does.
 
-Why our own parser: kmock ignores both selectors (testbed-measurements.md §1.1), and the agent's
+Why our own parser: kmock ignores both selectors (docs/design.md "kmock 0.8, measured"), and the agent's
 watch cache depends on the server filtering by label. The grammar is the one of
 ``k8s.io/apimachinery/pkg/labels`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``exists``,
 ``!exists``, ``>``, ``<``) and ``k8s.io/apimachinery/pkg/fields`` (``=``, ``==``, ``!=``).

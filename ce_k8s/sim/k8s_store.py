@@ -1,7 +1,7 @@
 """Indexed object store with resourceVersions, a bounded event history and watchers.
 
 Why not kmock's store: it scans every object on every write and its watch ignores
-``resourceVersion`` (testbed-measurements.md §1.1, §1.3), so it neither scales to 20,000 pods nor
+``resourceVersion`` (docs/design.md "kmock 0.8, measured"), so it neither scales to 20,000 pods nor
 lets a client resume a watch or see ``410 Gone``. Here objects live in ``resource → namespace →
 name`` dicts (O(1) writes), every write takes the next global resourceVersion (etcd's revision),
 and each resource keeps a bounded history of events so a watch can resume after a version or be

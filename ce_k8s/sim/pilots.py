@@ -5,7 +5,7 @@ really submits, so that the shipped routes and the CE's default transforms see t
 they key on: ``xcount``/``maxMemory``/``maxWallTime`` from the entry's submit_attrs,
 ``RequestGPUs`` or ``WantWholeNode`` for special entries, token or proxy identity, the
 ``Glidein*`` bookkeeping, ``Out``/``Err`` as ``_condor_stdout``/``_condor_stderr`` and Condor-C's
-``LeaveJobInQueue``. Values follow the illustrative ad of §6.3; they are not secrets.
+``LeaveJobInQueue``. Values follow the illustrative ad of htcondor-ce.md §6.3; they are not secrets.
 
 Each pilot also carries ``DemoScenario``: what its pod will do in the kubelet simulator
 (``ce_k8s.sim.k8s_scenario`` grammar, no double quotes so it survives ``$(MY.DemoScenario)``).

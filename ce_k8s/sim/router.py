@@ -1,6 +1,6 @@
 """The condor_job_router emulator: the router's poll loop and RoutedJob state machine.
 
-The law is ``reference/jobrouter-protocol.md`` (§0, §1.1, §2.1-2.7, §3, §4.4, §7), which was
+The law is `docs/hook-protocol.md` (§0, §1.1, §2.1-2.7, §3, §4.4, §7), which was
 read from JobRouter.cpp, JobRouterHookMgr.cpp, submit_job.cpp and VanillaToGrid.cpp. Every
 harsh reaction of the real daemon is reproduced, because a kinder emulator would hide the bugs
 that lose pilots on a real CE:
@@ -8,10 +8,10 @@ that lose pilots on a real CE:
 * one ``poll()`` is one ``JOB_ROUTER_POLLING_PERIOD`` tick: finished hooks are applied first
   (DaemonCore runs reaper callbacks between timer events), then AdoptOrphans (polls 1, 6, 11…),
   UpdateRouteStats, GetCandidateJobs, and per managed job TakeOverJob → SubmitJob →
-  CheckSubmittedJobStatus → FinalizeJob → CleanupJob → CleanupRetiredJob (§2.1);
+  CheckSubmittedJobStatus → FinalizeJob → CleanupJob → CleanupRetiredJob (hook-protocol.md §2.1);
 * hooks are the real executables, spawned asynchronously (a call started in one poll may finish
-  in a later one), deduplicated per (key, hook type) with the ``strncmp`` prefix quirk (§2.1);
-* the stdout/exit-code rules of §2.2-2.5 and the daemon abort (:class:`RouterAborted`) when a
+  in a later one), deduplicated per (key, hook type) with the ``strncmp`` prefix quirk (hook-protocol.md §2.1);
+* the stdout/exit-code rules of hook-protocol.md §2.2-2.5 and the daemon abort (:class:`RouterAborted`) when a
   translated ad has no ``JobUniverse`` (VanillaToGrid ``EXCEPT``).
 
 Routes and transforms are applied by ``ce_k8s.condor.routing`` (our transform engine); the
@@ -66,7 +66,7 @@ STATUS_ATTRS_TO_COPY: tuple[str, ...] = (
     "SpooledOutputFiles", "CpusUsage", "CpusProvisioned", "DiskProvisioned", "MemoryProvisioned",
 )
 
-# Built-in terms of the umbrella constraint (JobRouter.cpp GetCandidateJobs, §4.4).
+# Built-in terms of the umbrella constraint (JobRouter.cpp GetCandidateJobs, hook-protocol.md §4.4).
 _BUILTIN_TERMS = (
     "(target.ProcId >= 0 && target.JobStatus == 1 && (target.StageInStart is undefined || "
     'target.StageInFinish isnt undefined) && target.Managed isnt "ScheddDone" && '
@@ -77,11 +77,11 @@ _round_robin_counter = 0  # process-wide, like the static in ChooseRoute
 
 
 class RouterAborted(RuntimeError):
-    """The emulated condor_job_router daemon hit an EXCEPT (e.g. no JobUniverse, §2.2)."""
+    """The emulated condor_job_router daemon hit an EXCEPT (e.g. no JobUniverse, hook-protocol.md §2.2)."""
 
 
 class State(Enum):
-    """RoutedJob states (RoutedJob.h, §2.7)."""
+    """RoutedJob states (RoutedJob.h, hook-protocol.md §2.7)."""
 
     UNCLAIMED = "UNCLAIMED"
     CLAIMED = "CLAIMED"
@@ -133,7 +133,7 @@ class RouterJob:
 
 @dataclass
 class RouteStats:
-    """JobRoute counters: capacity (§4.4) and the failure throttle (JobRouter.cpp)."""
+    """JobRoute counters: capacity (hook-protocol.md §4.4) and the failure throttle (JobRouter.cpp)."""
 
     max_jobs: int
     max_idle_jobs: int
@@ -274,7 +274,7 @@ class Router:
 
     # ================================================================ driving
     def poll(self) -> None:
-        """One JOB_ROUTER_POLLING_PERIOD tick (JobRouter::Poll, §2.1)."""
+        """One JOB_ROUTER_POLLING_PERIOD tick (JobRouter::Poll, hook-protocol.md §2.1)."""
         self._check_alive()
         self._reap()
         self.poll_count += 1
@@ -337,7 +337,7 @@ class Router:
         return max_polls
 
     def condor_rm(self, src_key: str, reason: str = "via condor_rm (factory)") -> bool:
-        """A factory's ``condor_rm`` of the source job (noticed at the next status check, §3.1)."""
+        """A factory's ``condor_rm`` of the source job (noticed at the next status check, hook-protocol.md §3.1)."""
         return self.schedd.remove(src_key, reason)
 
     def restart(self, **kwargs: Any) -> Router:
@@ -451,7 +451,7 @@ class Router:
 
     def _spawn_failed(self, call: HookCall) -> None:
         """A spawner thread could not create the process: what ``spawn() == 0`` means in the real
-        router (§2.1). The hook never ran, so its known-hook entry goes and nothing else changes:
+        router (hook-protocol.md §2.1). The hook never ran, so its known-hook entry goes and nothing else changes:
         the job keeps its state and the same step spawns the hook again at the next poll."""
         job: RouterJob = call.job
         key = job.src_key if call.hook == HOOK_TRANSLATE else job.dest_key
@@ -466,7 +466,7 @@ class Router:
         return wire.parse_hook_output(call.stdout.decode(errors="replace"),
                                       source=f"{call.hook} stdout of {call.argv[0]}")
 
-    # --- TranslateClient::hookExited (JobRouterHookMgr.cpp, §2.2)
+    # --- TranslateClient::hookExited (JobRouterHookMgr.cpp, hook-protocol.md §2.2)
     def _translate_exited(self, job: RouterJob, call: HookCall) -> None:
         if call.stdout and call.exited_ok:
             try:
@@ -490,7 +490,7 @@ class Router:
             return
         self._finish_submit_job(job)
 
-    # --- StatusClient::hookExited (§2.3)
+    # --- StatusClient::hookExited (hook-protocol.md §2.3)
     def _update_exited(self, job: RouterJob, call: HookCall) -> None:
         if call.stdout and call.exited_ok:
             try:
@@ -511,7 +511,7 @@ class Router:
                       job.desc(), call.exit_code)
             self.events["update_failed"] += 1
 
-    # --- ExitClient::hookExited (§2.4)
+    # --- ExitClient::hookExited (hook-protocol.md §2.4)
     def _finalize_exited(self, job: RouterJob, call: HookCall) -> None:
         if call.stdout and call.exited_ok:
             try:
@@ -538,7 +538,7 @@ class Router:
         else:
             self._finish_finalize_job(job)
 
-    # --- CleanupClient::hookExited (§2.5)
+    # --- CleanupClient::hookExited (hook-protocol.md §2.5)
     def _cleanup_exited(self, job: RouterJob, call: HookCall) -> None:
         if call.signaled or call.exit_code == 0:
             self._finish_cleanup_job(job)
@@ -549,7 +549,7 @@ class Router:
 
     # ================================================================ poll steps
     def _adopt_orphans(self) -> None:
-        """AdoptOrphans (JobRouter.cpp, §2.3): re-adopt routed jobs, yield claimed orphans."""
+        """AdoptOrphans (JobRouter.cpp, hook-protocol.md §2.3): re-adopt routed jobs, yield claimed orphans."""
         for dest_key, dest in list(self.schedd2.items()):
             if (eval_int(dest, "ProcId", -1) or 0) < 0 or eval_str(dest, "RoutedBy") != self.name:
                 continue
@@ -713,12 +713,12 @@ class Router:
         self._finish_submit_job(job, translated=False)
 
     def _finish_submit_job(self, job: RouterJob, translated: bool = True) -> None:
-        """FinishSubmitJob: VanillaToGrid, transforms, submission (§2.2 "afterwards")."""
+        """FinishSubmitJob: VanillaToGrid, transforms, submission (hook-protocol.md §2.2 "afterwards")."""
         if not job.edit_job_in_place:
             universe = eval_int(job.dest_ad, "JobUniverse") if "JobUniverse" in job.dest_ad else None
             if universe is None:
                 self._abort(f"VanillaToGrid ({job.desc()}): job ad has no integer JobUniverse; "
-                            "condor_job_router daemon aborts (§2.2)")
+                            "condor_job_router daemon aborts (hook-protocol.md §2.2)")
         route = self.routes.get(job.route_name)
         if route is None:
             self._gracefully_remove(job, "route vanished before submission")
@@ -780,7 +780,7 @@ class Router:
         self._finish_check_submitted_job_status(job)
 
     def _update_routed_job_status(self, job: RouterJob, update: classad2.ClassAd) -> None:
-        """UpdateRoutedJobStatus: reload, merge, push every output attribute to SCHEDD2 (§2.3)."""
+        """UpdateRoutedJobStatus: reload, merge, push every output attribute to SCHEDD2 (hook-protocol.md §2.3)."""
         current = self.schedd2.get(job.dest_key)
         if current is None:
             log.warning("JobRouter failure (%s): ad disappeared before update finished", job.desc())
@@ -813,7 +813,7 @@ class Router:
         self._finish_check_submitted_job_status(job, dest_fresh=after is not None)
 
     def _finish_check_submitted_job_status(self, job: RouterJob, dest_fresh: bool = False) -> None:
-        """FinishCheckSubmittedJobStatus: mirror the routed job into the source job (§2.3).
+        """FinishCheckSubmittedJobStatus: mirror the routed job into the source job (hook-protocol.md §2.3).
 
         ``dest_fresh``: ``job.dest_ad`` is a copy of the queue's ad taken a moment ago, after
         UpdateRoutedJobStatus pushed (nothing ran in between), so it is not copied again.
@@ -848,7 +848,7 @@ class Router:
         if not dest_fresh:
             job.dest_ad = copy_ad(dest)
         job.saw_dest_job = True
-        custom = list(self.rc.attrs_to_copy(job.src_ad) or [])  # empty without a keyword (§1.1)
+        custom = list(self.rc.attrs_to_copy(job.src_ad) or [])  # empty without a keyword (hook-protocol.md §1.1)
         self._update_job_status(src, job.dest_ad, job, custom)
         if job.src_dirty and not self._push_src(job):
             log.warning("JobRouter failure (%s): failed to update src job", job.desc())
@@ -930,7 +930,7 @@ class Router:
         self._finish_finalize_job(job)
 
     def _reroute_job(self, job: RouterJob) -> None:
-        """RerouteJob = SetJobIdle + GracefullyRemoveJob (§2.4): the pilot will run again."""
+        """RerouteJob = SetJobIdle + GracefullyRemoveJob (hook-protocol.md §2.4): the pilot will run again."""
         self.events["rerouted"] += 1
         self._set_job_idle(job)
         self._gracefully_remove(job, "rerouted")

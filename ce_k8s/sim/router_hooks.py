@@ -1,4 +1,4 @@
-"""Spawning hook processes the way condor_job_router's DaemonCore does (jobrouter-protocol.md §2.1).
+"""Spawning hook processes the way condor_job_router's DaemonCore does (docs/hook-protocol.md §2.1).
 
 One process per call, argv ``[path]`` only, the caller's environment plus ``CONDOR_INHERIT``,
 stdin a pipe only when there is something to write (written fully, then closed), stdout and
@@ -22,7 +22,7 @@ spawning could not overlap (docs/performance.md). The real router is a C++ daemo
 cost is not what the benchmarks measure. The protocol is unchanged: the call is registered (and
 deduplicated) by the router when it asks for the spawn; a spawn that then fails is reported back
 as a call with ``spawn_error`` set, which the router treats like ``spawn() == 0``: the hook did
-not run and the step is retried at the next poll (§2.1).
+not run and the step is retried at the next poll (hook-protocol.md §2.1).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class HookCall:
 
     @property
     def exited_ok(self) -> bool:
-        """WEXITSTATUS == 0: what translate/update/finalize test (a signal counts as 0, §2.1)."""
+        """WEXITSTATUS == 0: what translate/update/finalize test (a signal counts as 0, hook-protocol.md §2.1)."""
         return self.exit_code == 0
 
 
@@ -379,7 +379,7 @@ class HookRunner(FinishedCalls):
         if run.exited:
             return
         # Kill the family first: the zombie leader still holds the group id, so it cannot be
-        # reused by an unrelated process (§2.1 "Kill_Family").
+        # reused by an unrelated process (hook-protocol.md §2.1 "Kill_Family").
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run.proc.pid, signal.SIGKILL)
         _, status = os.waitpid(run.proc.pid, 0)
@@ -447,6 +447,6 @@ class HookRunner(FinishedCalls):
                 self._start(call, env)
             except OSError as exc:
                 # Spawn failed after the router counted the call as running: reported like a
-                # failure of spawn() itself, so the router retries at its next poll (§2.1).
+                # failure of spawn() itself, so the router retries at its next poll (hook-protocol.md §2.1).
                 self._spawn_failed(call, exc)
             self._adopt_incoming()

@@ -5,7 +5,7 @@ In the Python emulator, `Popen`, the pipe multiplexing of every live hook and th
 ClassAd work all take turns on one GIL, and the pipeline benchmark found the router's main thread
 always busy or waiting for that lock (docs/performance.md). Here a child interpreter starts and
 watches the hooks in one epoll loop with `posix_spawn` (`_Spawner`), following the rules of
-:class:`~ce_k8s.sim.router_hooks.HookRunner` (§2.1), and the router process only sends requests and
+:class:`~ce_k8s.sim.router_hooks.HookRunner` (hook-protocol.md §2.1), and the router process only sends requests and
 reads results. :class:`RemoteHookRunner` has the HookRunner interface the router uses, so
 `Router(spawn_process=True)` changes nothing the hooks can see: the same argv, environment, stdin
 bytes, process groups, exit-status rules and captured output. (`spawn_threads` is kept for the
@@ -136,7 +136,7 @@ class RemoteHookRunner(FinishedCalls):
                 except (OSError, ValueError):
                     broken = True
                     log.error("the hook spawner process is gone (exit status %s)", self._child.poll())
-            if msg[0] == "spawn":          # never started: a failed spawn, retried next poll (§2.1)
+            if msg[0] == "spawn":          # never started: a failed spawn, retried next poll (hook-protocol.md §2.1)
                 with self._cond:
                     call = self._calls.pop(msg[1], None)
                 if call is not None:
@@ -189,7 +189,7 @@ class _Spawner:
 
     Why one thread and `posix_spawn`: every thread hand-off and every `Popen` object is CPU the
     pipeline benchmark counts; here a hook costs one `posix_spawn` (vfork + exec in the C library)
-    and a few epoll events. The rules are router_hooks.HookRunner's (§2.1): argv [path], the
+    and a few epoll events. The rules are router_hooks.HookRunner's (hook-protocol.md §2.1): argv [path], the
     router's environment, stdin written fully then closed (or /dev/null when empty), stdout and
     stderr captured, SIGPIPE and SIGXFSZ back to their defaults in the child (as `Popen` does), its
     own process group, killed as a whole once the hook exits, an exit status read with waitpid.
@@ -297,7 +297,7 @@ class _Spawner:
                                  file_actions=[(os.POSIX_SPAWN_DUP2, r_in, 0), (os.POSIX_SPAWN_DUP2, w_out, 1),
                                                (os.POSIX_SPAWN_DUP2, w_err, 2)],
                                  setpgroup=0, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-        except OSError as exc:           # spawn() == 0 in the real router (§2.1): retried next poll
+        except OSError as exc:           # spawn() == 0 in the real router (hook-protocol.md §2.1): retried next poll
             for fd in fds:
                 os.close(fd)
             log.error("spawning %s failed: %s", argv[0], exc)
@@ -358,7 +358,7 @@ class _Spawner:
         self._maybe_finish(h)
 
     def _on_exit(self, h: _Hook) -> None:
-        # The family first: the zombie leader still holds the group id (§2.1 "Kill_Family").
+        # The family first: the zombie leader still holds the group id (hook-protocol.md §2.1 "Kill_Family").
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(h.pid, signal.SIGKILL)
         _, status = os.waitpid(h.pid, 0)

@@ -569,7 +569,7 @@ class TestBed:
                 out.status = "completed"
                 self.schedd.set_attributes(job, {"LeaveJobInQueue": False}, as_user=True)
             elif status == JobStatus.HELD:
-                # Holds are unrecoverable by default, so the factory removes the pilot (§6.4).
+                # Holds are unrecoverable by default, so the factory removes the pilot (htcondor-ce.md §6.4).
                 out.status = "held"
                 out.exit_code = None
                 self.holds[job] = (eval_int(ad, "HoldReasonCode"), eval_int(ad, "HoldReasonSubCode"),

@@ -2,7 +2,7 @@
 
 The JobRouter emulator, the end-to-end tests and the demo need a job queue that reacts the way
 the CE's schedd does to what the router and a factory do to it, because those reactions decide
-whether a pilot is lost, duplicated or left behind (jobrouter-protocol.md §2.3, §2.5, §3):
+whether a pilot is lost, duplicated or left behind (docs/hook-protocol.md §2.3, §2.5, §3):
 
 * job ids are ``"cluster.proc"`` strings, clusters count up from 1, every job gets ``QDate``,
   ``EnteredCurrentStatus`` and a ``GlobalJobId``;
@@ -10,17 +10,17 @@ whether a pilot is lost, duplicated or left behind (jobrouter-protocol.md §2.3,
 * a client writing as the job's user (qmgmt ``SetAttribute``) may not change the immutable
   attributes (``SYSTEM_IMMUTABLE_JOB_ATTRS``; ``ClusterId``/``ProcId`` only to their current
   value) nor the secure ones (``SYSTEM_SECURE_JOB_ATTRS``); a transaction with such a write fails
-  as a whole (§2.3 "Push rules");
+  as a whole (hook-protocol.md §2.3 "Push rules");
 * ``condor_rm`` marks a job REMOVED; an externally managed job (``Managed == "External"``: a
   source job the router has claimed) then stays in the queue until its manager yields it, others
-  leave the queue at once (§3, schedd ``abort_job_myself``); a yielded REMOVED job is destroyed
+  leave the queue at once (hook-protocol.md §3, schedd ``abort_job_myself``); a yielded REMOVED job is destroyed
   (submit_job.cpp ``yield_job``);
 * a COMPLETED job leaves the queue once ``LeaveJobInQueue`` is false, unless it is externally
   managed;
 * a Kubernetes routed job is ``Managed == "ScheddDone"`` (docs/internals.md, "Routed jobs"), not
   externally managed: the schedd is responsible for it. A removed one leaves the queue at once,
   like any job the schedd manages. A completed one stays while ``LeaveJobInQueue``
-  (``JobStatus == 4``) holds and leaves once finalize has set it false (§2.4): HTCondor's
+  (``JobStatus == 4``) holds and leaves once finalize has set it false (hook-protocol.md §2.4): HTCondor's
   periodic-expression pass (src/condor_schedd.V6/schedd.cpp ``PeriodicExprEval``) calls
   ``DestroyProc`` for COMPLETED and REMOVED jobs the schedd is responsible for. The emulation
   applies that pass's verdict right after each change instead of on the schedd's timer.
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 class JobStatus(IntEnum):
-    """HTCondor's JobStatus codes (§3.1)."""
+    """HTCondor's JobStatus codes (hook-protocol.md §3.1)."""
 
     IDLE = 1
     RUNNING = 2
@@ -59,7 +59,7 @@ class JobStatus(IntEnum):
 IMMUTABLE_ATTRS = frozenset(
     {"owner", "clusterid", "jobuniverse", "procid", "mytype", "targettype", "user", "osuser"}
 )
-# SYSTEM_SECURE_JOB_ATTRS: only the schedd itself may set these (§2.3).
+# SYSTEM_SECURE_JOB_ATTRS: only the schedd itself may set these (hook-protocol.md §2.3).
 SECURE_ATTRS = frozenset(
     {
         "x509userproxysubject",
@@ -77,7 +77,7 @@ SECURE_ATTRS = frozenset(
         "osuser",
     }
 )
-# Attributes submit_job() filters out of a routed job (submit_job.cpp:224-386, §2.2 step 5): the
+# Attributes submit_job() filters out of a routed job (submit_job.cpp:224-386, hook-protocol.md §2.2 step 5): the
 # x509 and AuthToken ones of SECURE_ATTRS; TotalSubmitProcs and OsUser are the schedd's own.
 ROUTED_SUBMIT_FILTER = SECURE_ATTRS - {"totalsubmitprocs", "osuser"}
 
@@ -248,7 +248,7 @@ class Schedd:
             return ids
 
     def submit_routed(self, ad: classad2.ClassAd) -> str:
-        """Queue a routed job the way the router's ``submit_job()`` does (§2.2 step 5).
+        """Queue a routed job the way the router's ``submit_job()`` does (hook-protocol.md §2.2 step 5).
 
         Sets ``ClusterId``/``ProcId``/``QDate``/``EnteredCurrentStatus``/``LeaveJobInQueue`` **on
         the caller's ad too** (the router's in-memory dest ad gets them, submit_job.cpp) and
@@ -280,7 +280,7 @@ class Schedd:
         """One qmgmt transaction of SetAttribute calls: all applied, or none and PushRejected.
 
         ``as_user`` = a client connected as the job's user (the router pushing hook output or
-        status): immutable and secure attributes are refused (§2.3).
+        status): immutable and secure attributes are refused (hook-protocol.md §2.3).
         """
         with self._lock:
             ad = self._jobs.get(job)
@@ -422,7 +422,7 @@ class Schedd:
             self.destroy(job)
 
     def yield_job(self, job: str, done: bool, manager: str, release_on_hold: bool = True) -> bool:
-        """submit_job.cpp ``yield_job``: hand the job back to the schedd (§2.5 FinishCleanupJob).
+        """submit_job.cpp ``yield_job``: hand the job back to the schedd (hook-protocol.md §2.5 FinishCleanupJob).
 
         Returns False (nothing changed) when the job is gone or not managed by ``manager``.
         """
