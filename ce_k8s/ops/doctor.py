@@ -4,15 +4,15 @@
 
 Why: most ways a ce-k8s CE can be misconfigured are *silent*. The job router treats a hook whose
 file or directory fails its path checks as "not configured" and routes the pilot without a pod,
-logging nothing (jobrouter-protocol.md §1.1); a missing `CE_K8S_ATTRS_TO_COPY` entry only shows
+logging nothing (docs/hook-protocol.md §1.1); a missing `CE_K8S_ATTRS_TO_COPY` entry only shows
 when a pilot is rerouted; missing RBAC only shows as held pilots. Each check here prints
 `OK`, `WARN` or `FAIL` with a fix hint; a check that cannot run because an earlier one failed
 prints `SKIP`. Exit status: 1 if any check failed, else 0 (2 for bad usage).
 
 The checks, in order: configuration parses (and the `CE_K8S_*` knobs are valid), `routes check`
 passes, the route files are read after the ce-k8s knob files, the hook keyword and the four hook
-paths (§1.1 rules, plus "executable by the pilot accounts", because hooks run as the job's owner,
-§2.1, and launchers written by `--install-hooks` with the CE's socket and `CE_K8S_GRID_RESOURCE`),
+paths (hook-protocol.md §1.1 rules, plus "executable by the pilot accounts", because hooks run as the job's owner,
+hook-protocol.md §2.1, and launchers written by `--install-hooks` with the CE's socket and `CE_K8S_GRID_RESOURCE`),
 `<KW>_ATTRS_TO_COPY`, the agent socket answers a ping, the Kubernetes API answers, RBAC (a
 SelfSubjectAccessReview per permission the agent uses), and the spool directory.
 """
@@ -191,7 +191,7 @@ def check_route_order(ctx: Context) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Hooks (jobrouter-protocol.md §1.1, §2.1)
+# Hooks (docs/hook-protocol.md §1.1, §2.1)
 
 
 def check_keyword(ctx: Context) -> None:
@@ -234,7 +234,7 @@ def hook_problems(path: str) -> list[tuple[str, str, str]]:
         found.append((FAIL, f"{parent}: {short(exc)}", install))
     if not found and not st.st_mode & stat.S_IXOTH:
         found.append((WARN, f"{path} is not executable by others; the router runs hooks as the pilot's Unix "
-                      "account (§2.1)", f"chmod 0755 {path}"))
+                      "account (hook-protocol.md §2.1)", f"chmod 0755 {path}"))
     return found
 
 
@@ -289,7 +289,7 @@ def check_hooks(ctx: Context) -> None:
             continue
         found = hook_problems(path)
         if not any(level == FAIL for level, _, _ in found) and not hook_path_ok(path):
-            found.append((FAIL, f"{path} fails the router's path checks", "see jobrouter-protocol.md §1.1"))
+            found.append((FAIL, f"{path} fails the router's path checks", "see docs/hook-protocol.md §1.1"))
         if found:
             level = FAIL if any(lv == FAIL for lv, _, _ in found) else WARN
             worst = next(f for f in found if f[0] == level)
@@ -368,7 +368,7 @@ def check_agent(ctx: Context) -> None:
     parent = os.path.dirname(path) or "."
     if not st.st_mode & stat.S_IWOTH or not os.stat(parent).st_mode & stat.S_IXOTH:
         ctx.add(WARN, "agent", f"{path} answers, but pilot accounts cannot connect (socket must be 0666 in a "
-                "directory others may enter): hooks run as the pilot accounts (§2.1)",
+                "directory others may enter): hooks run as the pilot accounts (hook-protocol.md §2.1)",
                 f"chmod 0755 {parent}; restart the agent")
         return
     ctx.add(OK, "agent", f"{path} answers ping ({text or 'no version'})")

@@ -4,7 +4,7 @@
     ce-k8s nodes release NODE [--force] [--kubeconfig F] [--config PATH]
 
 Why: sites that share nodes between Slurm and Kubernetes hand a node over in Slurm's
-`PrologSlurmctld` and take it back in `EpilogSlurmctld` (peer-systems.md §13, the BeBiDa scheme).
+`PrologSlurmctld` and take it back in `EpilogSlurmctld` (Ryax's BeBiDa scheme; docs/operations.md).
 Their failure mode is that pods vanish under the pilots; here the hand-over is orderly instead:
 
 1. **cordon** (`spec.unschedulable`), so no new pod lands there; the information provider stops
@@ -14,7 +14,7 @@ Their failure mode is that pods vanish under the pilots; here the hand-over is o
 3. **running** pilots get `--grace` seconds to finish;
 4. the rest are **evicted through the Eviction API**: the API server sets the pod's
    `DisruptionTarget` condition, which the agent maps to a new attempt (JobStatus idle,
-   `GridJobStatus = PENDING`, next pod name), not to a failure (peer-systems.md §14, §16.1);
+   `GridJobStatus = PENDING`, next pod name), not to a failure (Kubernetes "Pod disruption conditions"; docs/holds.md);
 5. it waits (`--evict-timeout`) until no pilot pod is left on the node.
 
 Both commands are idempotent and bounded in time, print one line per action (Slurm scripts send
