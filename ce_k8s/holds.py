@@ -119,7 +119,7 @@ class _Details(dict):
 
 
 def _one_line(text: str) -> str:
-    """HoldReason travels in old-ClassAd text where a raw newline breaks the ad (§2.2): flatten it."""
+    """HoldReason travels in old-ClassAd text where a raw newline breaks the ad (hook-protocol.md §2.2): flatten it."""
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 

@@ -1,7 +1,7 @@
 """The Unix-socket protocol between the hooks and the agent (standard library only).
 
 Why a home-made framing and not JSON or HTTP: the update hook is forked once per job per router
-poll (jobrouter-protocol.md §0, §8), so its start-up cost is paid thousands of times a minute.
+poll (docs/hook-protocol.md §0, §8), so its start-up cost is paid thousands of times a minute.
 `import json` costs ~6 ms and `import socket` ~6 ms (it pulls in `enum` and `selectors`); this
 module imports only the built-in C modules `posix` and `time`, which are free, and loads the
 `_socket` extension (a shared library: ~0.35 ms of CPU to find and `dlopen`) only inside `call()`,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # only for the annotations; the hooks import `_socket` lazily
     import _socket
 
 MAGIC = b"CEK8S/1"
-MAX_PAYLOAD = 4 * 1024 * 1024          # the router's ads are far smaller; refuse more (§8)
+MAX_PAYLOAD = 4 * 1024 * 1024          # the router's ads are far smaller; refuse more (hook-protocol.md §8)
 MAX_REPLY_PART = 64 * 1024 * 1024      # pod logs are capped by the agent well below this
 MAX_HEADER = 256
 
@@ -148,7 +148,7 @@ def hook_settings() -> tuple[str, float]:
     Order: the environment the hook inherits from the router (`CE_K8S_SOCKET`,
     `CE_K8S_HOOK_TIMEOUT`), then `/etc/ce-k8s/hooks.conf` (path overridable with
     `CE_K8S_HOOKS_CONF`), then the built-in defaults. The hooks never parse the HTCondor
-    configuration: that costs tens of milliseconds per call (testbed-measurements.md §3b).
+    configuration: that costs tens of milliseconds per call (docs/design.md "What a forked hook pays to start").
     """
     sock = _env("CE_K8S_SOCKET")
     timeout = _env("CE_K8S_HOOK_TIMEOUT")

@@ -5,7 +5,7 @@ plan is the contract between them. The agent resolves symlinks (realpath) before
 `check_inside_spool` again on the resolved path, so a symlink in the spool cannot point the
 (privileged) agent at another user's proxy.
 
-Where the files are (jobrouter-protocol.md §2.2, htcondor-ce.md §6.2): Condor-C spools a pilot's
+Where the files are (docs/hook-protocol.md §2.2, htcondor-ce.md §6.2): Condor-C spools a pilot's
 input into `$(SPOOL)/<cluster % 10000>/<proc % 10000>/cluster<C>.proc<P>.subproc0` and the schedd
 then points `Iwd` there and rewrites `Cmd` and `TransferInput` to base names; `x509userproxy` holds
 the full spool path. An executable copied with `copy_to_spool` lives in
