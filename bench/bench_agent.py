@@ -67,7 +67,7 @@ CLONE_JOB_BASE = 500_000
 def _rewrite(ad_text: str, values: dict[str, str]) -> str:
     """Replace `Name = value` lines (case-insensitive names) in sPrintAd text; add missing ones.
 
-    sPrintAd writes one attribute per line (jobrouter-protocol.md §2.2), so a line edit is an
+    sPrintAd writes one attribute per line (docs/hook-protocol.md §2.2), so a line edit is an
     attribute edit. The result stays sorted enough for the agent, which scans by name.
     """
     wanted = {k.lower(): (k, v) for k, v in values.items()}

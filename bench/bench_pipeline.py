@@ -30,7 +30,7 @@ Figures:
 * `machine_cpu_cores_busy`: the whole machine's busy cores during the run (/proc/stat); minus
   `pipeline_cpu_cores_used` it is what other processes took from the two cores.
 
-The router emulator's `max_running_hooks` is 64 here (the real router has no limit, §0; the
+The router emulator's `max_running_hooks` is 64 here (the real router has no limit, hook-protocol.md §0; the
 test bed's default of 24 is for the demo). By default the router emulator forks hooks from
 `--spawn-threads` spawner threads instead of its polling thread, and the API emulator with the
 kubelet sim runs as its own process (`ce-k8s sim serve --stats`, counters read over its
