@@ -1,0 +1,110 @@
+"""ce-k8s's transform engine against HTCondor 25.14's own TransformClassAd (tests/condor/xform_oracle.py).
+
+Every configuration of test_xform_router.py, and a stock HTCondor-CE (tests/fixtures/stock_ce) with
+its own pre/post-route transforms and the example pilots, is routed twice: by RouterConfig, and by
+HTCondor's libcondor_utils driven the way JobRouter.cpp drives it. Both must choose the same route,
+load the same routes, fail the same jobs and produce the same routed ad (the router's own stamps
+aside). The expected values are therefore HTCondor's, computed by HTCondor's code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import classad2
+import pytest
+
+import test_xform_router as cases
+from ce_k8s.condor import wire
+from ce_k8s.condor.config import CondorConfig
+from ce_k8s.condor.routing import RouterConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import xform_oracle  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+P = cases.PILOT
+FQAN = 'x509UserProxyFirstFQAN = "/cms/Role=pilot/Capability=NULL"'
+TYPO = (cases.PRE_IF.replace("JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Size", "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Typo")
+        + "JOB_ROUTER_TRANSFORM_Typo @=jrt\n  SETT Foo 1\n@jrt\n")
+NESTED = (cases.COMPLEX_IF_ROUTE.replace("if MY.RequestCpus > 1", "if defined MY.xcount\n  if xcount > 1")
+          .replace("    SET Big true\n  endif", "    SET Big true\n  endif\n  endif"))
+TRAIL = cases.ESCAPES.replace("  SET VoMacro", "  EVALSET Trail 1 2\n  EVALSET Broken 1 +\n  SET VoMacro")
+NO_CPUS = P.replace("RequestCpus = 1\n", "")
+
+CONFIGS = [
+    ("complex-if-route", cases.COMPLEX_IF_ROUTE, P + "RequestCpus = 8"),
+    ("nested-if-true", NESTED, P + "xcount = 8"),
+    ("nested-if-false", NESTED, P + "xcount = 1"),
+    ("pre-if-true", cases.PRE_IF, NO_CPUS + "RequestCpus = 8"),
+    ("pre-if-false", cases.PRE_IF, P),
+    ("pre-if-undefined", cases.PRE_IF, NO_CPUS),
+    ("pre-if-string", cases.PRE_IF, NO_CPUS + 'RequestCpus = "eight"'),
+    ("escapes", cases.ESCAPES, P + FQAN),
+    ("trailing-text", TRAIL, P + FQAN),
+    ("xform-test-odd", cases.XFORM_TEST_ROUTES, P + "RouteMe = 1"),
+    ("xform-test-even", cases.XFORM_TEST_ROUTES, NO_CPUS.replace("ProcId = 3", "ProcId = 4") + "RouteMe = 1"),
+    ("xform-test-undefined", cases.XFORM_TEST_ROUTES, P),
+    ("xform-test-string", cases.XFORM_TEST_ROUTES, P + 'RouteMe = "yes"'),
+    ("dollar-functions", cases.FUNCS, P),
+    ("whole-node-grid", cases.WHOLE_NODE, P + "WantWholeNode = true"),
+    ("whole-node-vanilla", cases.WHOLE_NODE, P.replace('"pilot"', '"local"') + "WantWholeNode = true"),
+    ("unknown-keyword-post", TYPO, P),
+    ("transform-ends-body", "JOB_ROUTER_ROUTE_General @=jrt\n  REQUIREMENTS true\n  GridResource = \"batch x\"\n"
+     + "\n".join("  " + line for line in cases.GENERAL_RULES.split("\n")) + "\n  SET After 1\n  FROB x\n@jrt\n"
+     "JOB_ROUTER_ROUTE_NAMES = General\n", P + "ExitBySignal = false\nNumCkpts = 3\nStdErr = 1"),
+]
+
+
+def compare(config: Path | str, job_text: str, router: RouterConfig) -> None:
+    theirs = xform_oracle.run_oracle(config, job_text, vanilla_to_grid=True)
+    job = classad2.parseOne(job_text, classad2.ParserType.Old)
+    assert router.enabled == theirs.routing_enabled
+    assert sorted(r.name for r in router.routes) == sorted(r.name for r in theirs.routes if r.valid)
+    route = router.choose_route(job)
+    assert (route.name if route else None) == theirs.route
+    if route is None:
+        return
+    ours = router.route_job(job, route)
+    assert ours.failed == theirs.failed, (ours.diagnostics, theirs.errors)
+    if not ours.failed:
+        assert xform_oracle.ad_differences(ours.ad, theirs.ad()) == []
+
+
+@pytest.mark.parametrize("label,config,job_text", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_same_result_as_htcondor(tmp_path, label, config, job_text):
+    path = tmp_path / "condor_config"
+    path.write_text(config)
+    compare(path, job_text, RouterConfig.from_config(CondorConfig.from_text(config, str(path))))
+
+
+def test_same_result_as_htcondor_with_user_maps(tmp_path):
+    """02-ce-condor-defaults.conf's UidAcctGroup and x509AcctGroup with map files (userMap)."""
+    (tmp_path / "u.map").write_text("* pilot cms_pilots\n* /^usatlas[0-9]+$/ atlas\n")
+    (tmp_path / "x.map").write_text("* /^\\/cms\\/Role=pilot/ cms_fqan\n")
+    config = cases.ACCT_GROUPS.format(uid_map=tmp_path / "u.map", x509_map=tmp_path / "x.map",
+                                      pre="UidAcctGroup x509AcctGroup")
+    path = tmp_path / "condor_config"
+    path.write_text(config)
+    router = RouterConfig.from_config(CondorConfig.from_text(config, str(path)))
+    for job_text in (P, P.replace('"pilot"', '"usatlas3"'), P.replace('"pilot"', '"bob"') + FQAN,
+                     P.replace('"pilot"', '"bob"')):
+        compare(path, job_text, router)
+
+
+@pytest.mark.parametrize("names", ["Slurm_Cluster", "Condor_Pool Slurm_Cluster"])
+def test_stock_ce_with_its_transforms_and_the_example_pilots(stock_ce_layout, tmp_path, names):
+    """A stock HTCondor-CE (condor and slurm packages), its pre/post-route transforms plus the
+    accounting-group ones, read with its commands run (the router-defaults program adds Env)."""
+    ce = stock_ce_layout.copy_stock_ce(tmp_path / "ce", batch=("condor", "slurm"))
+    (ce.root / "etc/condor-ce/uid_acct_group.map").write_text("* atlas01 atlas\n* cmspilot cms\n")
+    ce.write_site("99-local.conf", f"JOB_ROUTER_ROUTE_NAMES = {names}\nJOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = "
+                  "$(JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES) UidAcctGroup x509AcctGroup\n")
+    router = RouterConfig.from_config(CondorConfig.load(str(ce.condor_config), run_commands=True))
+    pilots = sorted((ROOT / "examples").glob("pilot-*.ad"))
+    assert pilots
+    for path in pilots:
+        text = path.read_text()
+        wire.parse_old_ads(text, str(path))  # the example is a valid old-syntax ad
+        compare(ce.condor_config, text, router)
