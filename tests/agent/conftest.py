@@ -68,7 +68,7 @@ def text_of(ad: classad2.ClassAd) -> bytes:
 
 
 def apply_output(ad: classad2.ClassAd, reply: bytes) -> classad2.ClassAd:
-    """What the router does with update output (§2.3): parse with its rules, update the ad."""
+    """What the router does with update output (hook-protocol.md §2.3): parse with its rules, update the ad."""
     out = wire.parse_hook_output(reply.decode())
     for k in out.keys():
         ad[k] = out.lookup(k)

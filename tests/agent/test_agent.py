@@ -1,7 +1,7 @@
 """The agent against the API emulator: create, adopt, map, watch, restart, clean up.
 
-References: DESIGN.md decisions 3-5; jobrouter-protocol.md §2.3 (update output rules), §2.5
-(cleanup), §8; peer-systems.md §18 item 3 (exactly-once pods under faults).
+References: docs/design.md Decisions 3-5; docs/hook-protocol.md §2.3 (update output rules), §2.5
+(cleanup), hook-protocol.md §8; design.md Decision 5 (exactly-once pods under faults).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def set_status(server, status, name=NAME):
 
 
 def test_create_on_first_sight_pod_then_owned_secret(agent, server, settings):
-    """DESIGN decision 5 and creator.py: pod first, then the Secret owned by the pod."""
+    """docs/design.md Decision 5 and creator.py: pod first, then the Secret owned by the pod."""
     ad = routed_ad(Path(settings.spool))
     out = update(agent, ad)
     assert out["K8sPodReason"] == "creating pod" and out["GridJobStatus"] == "PENDING"
@@ -52,7 +52,7 @@ def test_create_on_first_sight_pod_then_owned_secret(agent, server, settings):
     wait(lambda: agent.cache.get(NAME))
     out = update(agent, ad)
     assert out["K8sPodUid"] == pod["metadata"]["uid"] and out["GridJobId"] == f"kubernetes default/{NAME}"
-    assert "JobStatus" not in out            # still 1: unchanged attributes are not printed (§2.3)
+    assert "JobStatus" not in out            # still 1: unchanged attributes are not printed (hook-protocol.md §2.3)
     _status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
     assert parts[0] == b""                   # nothing changed → nothing printed
     assert server.calls[("create", "pods")] == 1
@@ -79,11 +79,11 @@ def test_running_then_completed_then_cleanup(agent, server, settings):
     assert status == protocol.STATUS_OK
     wait(lambda: stored(server) is None and stored(server, secret_name(NAME), "secrets") is None)
     status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
-    assert status == protocol.STATUS_NOTFOUND     # the hook maps this to exit 0 (§2.5)
+    assert status == protocol.STATUS_NOTFOUND     # the hook maps this to exit 0 (hook-protocol.md §2.5)
 
 
 def test_timeout_after_accept_is_adopted_not_duplicated(server, settings):
-    """peer-systems.md §18 item 3: the server created the pod but the answer was lost."""
+    """docs/design.md Decision 5: the server created the pod but the answer was lost."""
     server.faults.inject("timeout", verb="create", resource="pods")
     agent = new_agent(server, settings, request_timeout=1.0)
     try:
@@ -128,7 +128,7 @@ def test_build_error_holds_with_its_code(agent, settings):
 
 
 def test_quota_exceeded_keeps_job_idle(agent, server, settings):
-    """DESIGN decision 8: a full quota is temporary; the job stays idle and is retried."""
+    """docs/design.md Decision 8: a full quota is temporary; the job stays idle and is retried."""
     server.call(server.api.create, "resourcequotas", "default", {
         "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "default"},
         "spec": {"hard": {"pods": "0"}}})
@@ -173,7 +173,7 @@ def test_pod_deleted_out_of_band_is_held(agent, server, settings):
 
 
 def test_watch_resumes_after_cut_and_relists_on_410(agent, server, settings):
-    """DESIGN decision 3: resume from the last resourceVersion; relist only on 410 Gone."""
+    """docs/design.md Decision 3: resume from the last resourceVersion; relist only on 410 Gone."""
     assert agent.cache.lists == 1
     server.faults.inject("cut", verb="watch", resource="pods")
     ad = routed_ad(Path(settings.spool))
@@ -197,7 +197,7 @@ def test_watch_resumes_after_cut_and_relists_on_410(agent, server, settings):
 
 
 def test_restart_rebuilds_from_relist_without_duplicates(server, settings):
-    """DESIGN decision 4: no local database; a restarted agent finds its pods by the relist."""
+    """docs/design.md Decision 4: no local database; a restarted agent finds its pods by the relist."""
     ad = routed_ad(Path(settings.spool))
     first = new_agent(server, settings)
     try:

@@ -70,7 +70,7 @@ def test_staged_hook_package_serves_the_launchers(tmp_root):
 
 
 def test_install_hooks_refuses_world_writable_dir(tmp_root):
-    """jobrouter-protocol.md §1.1: the router silently ignores hooks in a world-writable directory."""
+    """docs/hook-protocol.md §1.1: the router silently ignores hooks in a world-writable directory."""
     from ce_k8s.agent.launchers import install_hooks
 
     bad = tmp_root / "ww"
@@ -81,7 +81,7 @@ def test_install_hooks_refuses_world_writable_dir(tmp_root):
 
 
 def test_hooks_import_only_cheap_modules():
-    """DESIGN decision 2: the hooks pay every import on every call; stdlib only, and not even json/socket/re."""
+    """docs/design.md Decision 2: the hooks pay every import on every call; stdlib only, and not even json/socket/re."""
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
             "import ce_k8s.hooks.update, ce_k8s.hooks.cleanup, ce_k8s.hooks.translate, ce_k8s.pods.names\n"
             "print(' '.join(sorted(sys.modules)))")

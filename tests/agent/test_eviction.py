@@ -40,7 +40,7 @@ def pod_obj(name=NAME, uid=UID, phase="Running", disruption=False, deleting=Fals
 
 
 def reported_running_ad(settings):
-    """The routed ad after the update that reported the pod running (K8sPodUid known, §2.3)."""
+    """The routed ad after the update that reported the pod running (K8sPodUid known, hook-protocol.md §2.3)."""
     return routed_ad(Path(settings.spool), JobStatus=2, K8sPodUid=UID)
 
 

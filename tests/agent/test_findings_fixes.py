@@ -1,7 +1,7 @@
 """Agent-level checks of the fixes for the soak findings F1-F3 (docs/reliability.md, "Open findings").
 
-References: DESIGN.md decision 5 (exactly one pod per attempt); docs/holds.md ("pod vanished while
-ce-k8s was not watching" → next attempt); jobrouter-protocol.md §2.3 (update output).
+References: docs/design.md Decision 5 (exactly one pod per attempt); docs/holds.md ("pod vanished while
+ce-k8s was not watching" → next attempt); docs/hook-protocol.md §2.3 (update output).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def test_a_refused_post_is_retried_as_a_post(agent, server, settings):
 
 
 def test_cleanup_forgets_the_names_in_the_journal(agent, server, settings):
-    """Cleanup (§2.5) ends the routed job: its pod names leave the journal, so it stays as small as
+    """Cleanup (hook-protocol.md §2.5) ends the routed job: its pod names leave the journal, so it stays as small as
     the number of jobs in flight."""
     from ce_k8s import protocol
 

@@ -1,7 +1,7 @@
 """The post journal (ce_k8s/agent/journal.py): what survives an agent restart, and what it forgets.
 
 Reference: docs/reliability.md F1 (a pod created and deleted while no agent watched must not be
-created again under the same attempt; DESIGN decision 5).
+created again under the same attempt; docs/design.md Decision 5).
 """
 
 from __future__ import annotations

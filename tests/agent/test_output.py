@@ -1,7 +1,7 @@
 """Output return that survives pod deletion, agent restarts and an unreachable agent (issue 5 finding 2).
 
-References: jobrouter-protocol.md §2.3 (completion = `JobStatus = 4` + `JobFinishedHookDone` from
-the update hook), §2.4 (finalize: exit ≠ 0 re-runs the pilot, exit 0 finishes it), §2.5 (cleanup
+References: docs/hook-protocol.md §2.3 (completion = `JobStatus = 4` + `JobFinishedHookDone` from
+the update hook), hook-protocol.md §2.4 (finalize: exit ≠ 0 re-runs the pilot, exit 0 finishes it), §2.5 (cleanup
 follows finalize); htcondor-ce.md §6.4 (the factory stages out `Out`/`Err`).
 """
 
@@ -57,7 +57,7 @@ def logs(agent, ad, uid=0):
 
 
 def test_completion_is_reported_only_after_the_output_is_saved(agent, server, settings):
-    """§2.3/§2.4: once JobStatus = 4 is out, finalize follows; the log must be safe before that."""
+    """hook-protocol.md §2.3/§2.4: once JobStatus = 4 is out, finalize follows; the log must be safe before that."""
     gate = threading.Event()
     real = agent.read_logs
 

@@ -2,7 +2,7 @@
 
 One request per connection, the client half-closes after sending (docs/agent.md, "The socket
 protocol"); every update hook is one connection, once per routed job per poll
-(jobrouter-protocol.md §0, §8), so the server must answer many short connections cheaply, never
+(docs/hook-protocol.md §0, §8), so the server must answer many short connections cheaply, never
 let slow verbs or idle peers delay the updates, and identify every caller by SO_PEERCRED
 (docs/agent.md, "Permissions and authorisation"). tests/hardening/test_fuzz_protocol.py covers
 hostile frames; these tests cover the paths the epoll loop added: requests that arrive in pieces,
@@ -224,6 +224,6 @@ def _old_quote(text: str) -> str:
 @given(st.text(alphabet=st.sampled_from(['a', '"', "\\", "\n", "\r", "\x00", "\u2028", "é", " ", "\t"]),
                max_size=40) | st.text(max_size=1100))
 def test_quote_fast_path_is_the_same_literal(text):
-    """The update reply's strings (§2.1, §8: one line, `"` escaped, no backslash) come out
+    """The update reply's strings (hook-protocol.md §2.1, §8: one line, `"` escaped, no backslash) come out
     exactly as before the fast path for printable text."""
     assert adtext.quote(text) == _old_quote(text)

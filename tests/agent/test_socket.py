@@ -58,7 +58,7 @@ def test_peercred_owner_may_act_other_uid_may_not(server, settings, launchers, p
         wait(lambda: agent.cache.get(NAME))
         theirs = routed_ad(Path(settings.spool), owner="cmspilot", gjid="ce#9.0#1")
         res = hook(launchers, "update", wire.sprint_ad(theirs).encode(), settings.socket, user=USER)
-        assert res.returncode == 1 and res.stdout == b""         # §2.3: no sync, never a parse error
+        assert res.returncode == 1 and res.stdout == b""         # hook-protocol.md §2.3: no sync, never a parse error
         res = hook(launchers, "cleanup", wire.sprint_ad(theirs).encode(), settings.socket, user=USER)
         assert res.returncode == 1                                # refused, so retried; nothing deleted
         assert agent.metrics["denied"] == 2
@@ -92,6 +92,6 @@ def test_finalize_returns_pod_output_then_cleanup_deletes(server, settings, laun
         assert res.returncode == 0
         wait(lambda: agent.cache.get(NAME) is None)
         res = hook(launchers, "cleanup", wire.sprint_ad(ad).encode(), settings.socket)
-        assert res.returncode == 0                                # "not found" is success (§2.5)
+        assert res.returncode == 0                                # "not found" is success (hook-protocol.md §2.5)
     finally:
         agent.stop()

@@ -1,7 +1,7 @@
 """Every row of the `## Pod status → job status` table (docs/holds.md), on the pure mapping.
 
-References: htcondor-ce.md §6.4 (GridJobStatus strings the factory reads), jobrouter-protocol.md
-§2.3 (JobStatus 4 needs JobFinishedHookDone), peer-systems.md §18 item 4 (name every failure).
+References: htcondor-ce.md §6.4 (GridJobStatus strings the factory reads), docs/hook-protocol.md
+§2.3 (JobStatus 4 needs JobFinishedHookDone), design.md Decision 8 (name every failure).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_running_keeps_first_start_date():
 
 
 def test_succeeded_completes_with_hook_done():
-    """jobrouter-protocol.md §2.3: completion needs JobStatus 4 and JobFinishedHookDone."""
+    """docs/hook-protocol.md §2.3: completion needs JobStatus 4 and JobFinishedHookDone."""
     d = run(pod("Succeeded", state={"terminated": {"exitCode": 0, "startedAt": T1, "finishedAt": T2}}))
     a = d.attrs
     assert a["JobStatus"] == 4 and a["GridJobStatus"] == "COMPLETED" and a["ExitCode"] == 0
