@@ -1,6 +1,6 @@
 """Shared fixtures for the hook tests: real hook processes, exact router stdin, a stub agent.
 
-The hooks run as the router runs them (jobrouter-protocol.md §7 step 2): argv = [path] only,
+The hooks run as the router runs them (docs/hook-protocol.md §7 step 2): argv = [path] only,
 stdin written completely and closed, stdout/stderr captured. They are started through the
 launchers `ce-k8s agent --install-hooks` writes (the deployed form).
 """

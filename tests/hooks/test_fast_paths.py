@@ -1,7 +1,7 @@
 """The hooks' cheap start: what they import, how they exit, and that the fast code equals the slow.
 
-Every hook call is one process (jobrouter-protocol.md §0, §2.1) and the update hook runs once per
-routed job per poll (§8), so a hook's CPU above a bare interpreter start is paid thousands of
+Every hook call is one process (docs/hook-protocol.md §0, §2.1) and the update hook runs once per
+routed job per poll (hook-protocol.md §8), so a hook's CPU above a bare interpreter start is paid thousands of
 times a minute (docs/performance.md, issue 7). These tests pin the choices that keep it small:
 no `os` and no `__future__` in the hook modules, `_socket` only for hooks that talk to the agent,
 the launcher's `posix._exit` (no interpreter teardown) with exit codes and output intact, and
@@ -49,7 +49,7 @@ def test_hook_modules_import_neither_os_nor_future():
 
 
 def test_translate_never_loads_the_socket_module():
-    """The translate hook never talks to the agent (§2.2, DESIGN decision 1), so it must not pay
+    """The translate hook never talks to the agent (hook-protocol.md §2.2, design.md Decision 1), so it must not pay
     for loading the `_socket` extension (~0.35 ms): `ce_k8s.protocol` loads it only in `call()`."""
     stdin = ('[ Name = "r"; GridResource = "batch k8s" ]\n------\nClusterId = 1\nProcId = 0\nGlobalJobId = "'
              + GJID + '"\n').encode()
@@ -73,8 +73,8 @@ def test_pass_through_loads_neither_pod_names_nor_the_socket():
 
 def test_launcher_ends_with_exit_now_and_keeps_exit_codes(hook_dir):
     """The launchers skip the interpreter's teardown (`exit_now`), and the router still sees the
-    hook's own exit code: translate exits 1 on input without the separator (§2.2), cleanup 0
-    for an ad that never got a pod (§2.5), update 1 when the agent is unreachable (§2.3)."""
+    hook's own exit code: translate exits 1 on input without the separator (hook-protocol.md §2.2), cleanup 0
+    for an ad that never got a pod (hook-protocol.md §2.5), update 1 when the agent is unreachable (§2.3)."""
     text = (hook_dir / "ce-k8s-update").read_text()
     assert text.rstrip().endswith("from ce_k8s.hooks._common import exit_now\nexit_now(main())")
     assert run_hook(hook_dir, "translate", b"no separator").returncode == 1
@@ -143,7 +143,7 @@ _AD_CHARS = st.sampled_from(['"', "\\", "=", " ", "a", "Z", "_", ".", "1", "-", 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_AD_CHARS, max_size=30).map("".join), st.booleans())
 def test_string_open_equals_the_per_character_scan(text, open_):
-    """§2.2: only `\\"` escapes inside a string; the find-based scanner agrees character for character."""
+    """hook-protocol.md §2.2: only `\\"` escapes in a string; the find-based scanner agrees char for char."""
     assert translate._string_open(text, open_) == _old_string_open(text, open_)
 
 

@@ -1,4 +1,4 @@
-"""Finalize: pod stdout/stderr into the job's Out/Err in the spool, safely (jobrouter-protocol.md §2.4)."""
+"""Finalize: pod stdout/stderr into the job's Out/Err in the spool, safely (docs/hook-protocol.md §2.4)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_writes_out_and_err(hook_dir, stub_agent, tmp_path):
 
 
 def test_refuses_symlink_and_escape_but_exits_zero(hook_dir, stub_agent, tmp_path):
-    """A symlink planted in the spool must not redirect the write; exit 0 anyway (no re-run, §2.4)."""
+    """A symlink planted in the spool must not redirect the write; exit 0 anyway (no re-run, hook-protocol.md §2.4)."""
     spool, iwd = setup_spool(tmp_path)
     target = tmp_path / "victim"
     target.write_text("precious")
@@ -62,7 +62,7 @@ def test_same_file_for_out_and_err(hook_dir, stub_agent, tmp_path):
 
 
 def test_agent_unreachable_or_pod_gone_still_exit_zero(hook_dir, stub_agent, tmp_path):
-    """Exit != 0 would re-run the pilot (RerouteJob, §2.4): a lost log is the milder failure."""
+    """Exit != 0 would re-run the pilot (RerouteJob, hook-protocol.md §2.4): a lost log is the milder failure."""
     _spool, iwd = setup_spool(tmp_path)
     res = run_hook(hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": str(tmp_path / "none.sock")})
     assert res.returncode == 0 and res.stdout == b""
@@ -72,7 +72,7 @@ def test_agent_unreachable_or_pod_gone_still_exit_zero(hook_dir, stub_agent, tmp
 
 
 def test_runs_as_job_owner(user_hook_dir, stub_agent, shared_tmp, pilot_user):
-    """§2.1: the hook runs as the job owner, so the files it writes belong to that user."""
+    """hook-protocol.md §2.1: the hook runs as the job owner, so the files it writes belong to that user."""
     spool, iwd = setup_spool(shared_tmp, uid=pilot_user.pw_uid)
     stub_agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"o", b"e"])
     res = run_hook(user_hook_dir, "finalize", stdin_for(iwd), {"CE_K8S_SOCKET": stub_agent.path},
@@ -84,7 +84,7 @@ def test_runs_as_job_owner(user_hook_dir, stub_agent, shared_tmp, pilot_user):
 
 def test_agent_restarting_is_retried_within_the_deadline(hook_dir, shared_tmp):
     """The agent is down when finalize starts and back 1.5 s later: the output still arrives
-    (jobrouter-protocol.md §2.4: the hook has no second chance, so it retries within its deadline)."""
+    (docs/hook-protocol.md §2.4: the hook has no second chance, so it retries within its deadline)."""
     import threading
 
     from .conftest import StubAgent
@@ -111,7 +111,7 @@ def test_agent_restarting_is_retried_within_the_deadline(hook_dir, shared_tmp):
 
 
 def test_busy_agent_is_retried(hook_dir, stub_agent, tmp_path):
-    """`busy` (the agent still lists pods after a restart) is worth another try; §2.4 gives none."""
+    """`busy` (the agent still lists pods after a restart) is worth another try; hook-protocol.md §2.4 gives none."""
     import threading
     import time
 
@@ -131,7 +131,7 @@ def test_busy_agent_is_retried(hook_dir, stub_agent, tmp_path):
 
 
 def test_agent_never_reachable_exits_zero_with_empty_out_and_a_note(hook_dir, tmp_path):
-    """The milder outcome of §2.4 (docs/install.md "Output return"): exit 0, the pilot is not re-run;
+    """The milder outcome of hook-protocol.md §2.4 (docs/install.md "Output return"): exit 0, the pilot is not re-run;
     `Out` exists (empty) for stage-out and `Err` says why."""
     import time
 

@@ -1,4 +1,4 @@
-"""The translate hook: full echo, inert routed job, pod identity (jobrouter-protocol.md §2.2, §8),
+"""The translate hook: full echo, inert routed job, pod identity (docs/hook-protocol.md §2.2, §8),
 and the pass-through for routes of other backends (docs/routes.md, "CEs with other backends")."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ ROUTE = wire.route_info_line("K8s", 9, "batch k8s")
 
 
 def test_echoes_every_line_and_sets_our_attributes(hook_dir):
-    """§2.2: stdout replaces the routed ad, so every input line must come back unchanged."""
+    """hook-protocol.md §2.2: stdout replaces the routed ad, so every input line must come back unchanged."""
     src = source_ad()
     stdin = wire.translate_stdin(ROUTE, src)
     res = run_hook(hook_dir, "translate", stdin)
     assert res.returncode == 0, res.stderr
-    assert res.stderr == b""          # §8: keep stderr empty on success (logged at D_ALWAYS)
+    assert res.stderr == b""          # hook-protocol.md §8: keep stderr empty on success (logged at D_ALWAYS)
     out = res.stdout.decode()
     for line in wire.sprint_ad(src).splitlines():
         assert line in out.splitlines()
@@ -45,13 +45,13 @@ def test_reroute_increments_attempt_and_replaces_old_lines():
 
 
 def test_is_deterministic():
-    """DESIGN decision 5: translating the same job twice names the same pod."""
+    """docs/design.md Decision 5: translating the same job twice names the same pod."""
     text = wire.sprint_ad(source_ad())
     assert translate_ad_text(ROUTE, text) == translate_ad_text(ROUTE, text)
 
 
 def test_adds_job_universe_when_missing():
-    """§2.2: output without JobUniverse makes VanillaToGrid abort the whole router."""
+    """hook-protocol.md §2.2: output without JobUniverse makes VanillaToGrid abort the whole router."""
     src = source_ad()
     del src["JobUniverse"]
     ad = wire.parse_hook_output(translate_ad_text(ROUTE, wire.sprint_ad(src)))
@@ -59,7 +59,7 @@ def test_adds_job_universe_when_missing():
 
 
 def test_raw_newline_attribute_is_dropped_not_echoed_broken():
-    """§2.2: sPrintAd writes newlines in strings raw; echoing them would fail the router's parser."""
+    """hook-protocol.md §2.2: sPrintAd writes newlines in strings raw; echoing them would fail the router's parser."""
     text = wire.sprint_ad(source_ad()) + 'Zmessage = "line one\nline two"\nZz = 1\n'
     out = translate_ad_text(ROUTE, text)
     ad = wire.parse_hook_output(out)   # must not raise
@@ -74,7 +74,7 @@ def test_no_global_job_id_falls_back_to_cluster_proc_qdate():
 
 
 def test_bad_input_exits_nonzero(hook_dir):
-    """§2.2: exit != 0 is a graceful removal (retried later); never print a broken ad."""
+    """hook-protocol.md §2.2: exit != 0 is a graceful removal (retried later); never print a broken ad."""
     res = run_hook(hook_dir, "translate", b"no separator here\n")
     assert res.returncode == 1 and res.stdout == b""
     res = run_hook(hook_dir, "translate", (ROUTE + "\n------\n").encode())
@@ -106,7 +106,7 @@ def test_classad2_agrees_on_every_value():
 def test_routed_job_is_left_to_nobody_but_ce_k8s():
     """`Managed = "ScheddDone"`, whatever the source job said: "External" is the gridmanager's own
     marker (HTCondor v23.9.6 src/condor_gridmanager/gridmanager.cpp doContactSchedd adopts every
-    grid job with it; a real 23.9 submitted our routed jobs to BLAH, testbed-measurements.md §3c),
+    grid job with it; a real 23.9 submitted our routed jobs to BLAH, finding R1 in docs/real-condor.md),
     while "ScheddDone" is excluded by every gridmanager query, by the schedd's count of jobs that
     need a gridmanager (src/condor_schedd.V6/schedd.cpp count_jobs) and by the router's umbrella
     constraint (src/condor_job_router/JobRouter.cpp GetCandidateJobs)."""
@@ -139,7 +139,7 @@ def test_other_backends_route_gets_the_source_ad_back_byte_for_byte(hook_dir):
 
 def test_kubernetes_route_is_translated_whatever_the_attribute_order(hook_dir):
     """The route line is a new-syntax ClassAd (JobRoute::RouteDescription, JobRouter.cpp) whose
-    attribute order depends on the HTCondor version (jobrouter-protocol.md §2.2)."""
+    attribute order depends on the HTCondor version (docs/hook-protocol.md §2.2)."""
     for route in ('[ Name = "Pilots"; TargetUniverse = 9; GridResource = "batch k8s" ]',
                   '[ Name = "K8s"; GridResource = "batch k8s"; TargetUniverse = 9 ]',
                   '[GridResource="BATCH K8S";Name="x"]', ROUTE):
@@ -151,7 +151,7 @@ def test_kubernetes_route_is_translated_whatever_the_attribute_order(hook_dir):
 
 
 def test_route_without_grid_resource_is_not_ours(hook_dir):
-    """A route that defines no GridResource (a vanilla-universe route to an HTCondor pool, §3):
+    """A route that defines no GridResource (a vanilla-universe route to an HTCondor pool, hook-protocol.md §3):
     the router prints no GridResource in the route line, and the job passes through."""
     ad = wire.sprint_ad(source_ad()).encode()
     for route in (wire.route_info_line("Condor_Pool", 5, None), '[ Name = "batch k8s"; TargetUniverse = 9 ]',

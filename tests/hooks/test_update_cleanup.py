@@ -1,7 +1,7 @@
 """Update and cleanup hooks: exit codes and output chosen for the mildest consequence.
 
-jobrouter-protocol.md §2.3: update exit != 0 = "no sync this cycle"; a parse error removes the
-routed job, so nothing unsafe may be printed. §2.5: cleanup exit != 0 is retried every poll.
+docs/hook-protocol.md §2.3: update exit != 0 = "no sync this cycle"; a parse error removes the
+routed job, so nothing unsafe may be printed. hook-protocol.md §2.5: cleanup exit != 0 is retried every poll.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ def test_update_forwards_ad_and_prints_agent_lines(hook_dir, stub_agent):
 
 
 def test_update_nothing_changed_prints_nothing(hook_dir, stub_agent):
-    """§2.3: empty stdout with exit 0 is the normal "nothing new" reply."""
+    """hook-protocol.md §2.3: empty stdout with exit 0 is the normal "nothing new" reply."""
     res = run_hook(hook_dir, "update", ROUTED, env_for(stub_agent))
     assert res.returncode == 0 and res.stdout == b""
 
 
 def test_update_agent_unreachable_means_no_sync(hook_dir, tmp_path):
-    """§2.3: exit != 0 = no sync this cycle; never a parse error (which would remove the job)."""
+    """hook-protocol.md §2.3: exit != 0 = no sync this cycle; never a parse error (which would remove the job)."""
     res = run_hook(hook_dir, "update", ROUTED, {"CE_K8S_SOCKET": str(tmp_path / "nothing.sock")})
     assert res.returncode == 1 and res.stdout == b""
     assert b"unreachable" in res.stderr
@@ -55,7 +55,7 @@ def test_update_agent_refusal_means_no_sync(hook_dir, stub_agent):
 
 
 def test_update_refuses_unsafe_agent_output(hook_dir, stub_agent):
-    """§8: never print ClusterId/Owner/JobUniverse/x509*/AuthToken*, comments or broken lines."""
+    """hook-protocol.md §8: never print ClusterId/Owner/JobUniverse/x509*/AuthToken*, comments or broken lines."""
     for bad in (b"ClusterId = 5\n", b"Owner = \"x\"\n", b"x509UserProxySubject = \"x\"\n",
                 b"AuthTokenSubject = \"x\"\n", b"# comment\n", b"[ a = 1 ]\n", b"JobUniverse = 9\n",
                 b"A =\n", b"'Q' = 1\n"):
@@ -65,7 +65,7 @@ def test_update_refuses_unsafe_agent_output(hook_dir, stub_agent):
 
 
 def test_update_deadline_exits_with_no_sync(hook_dir, stub_agent):
-    """The router has no timeout (§0): the hook bounds its own call and exits 1, not by a signal."""
+    """The router has no timeout (hook-protocol.md §0): the hook bounds its own call and exits 1, not by a signal."""
     stub_agent.delay = 3.0
     start = time.monotonic()
     res = run_hook(hook_dir, "update", ROUTED, {"CE_K8S_SOCKET": stub_agent.path, "CE_K8S_HOOK_TIMEOUT": "0.5"})
@@ -87,7 +87,7 @@ def test_settings_file_used_when_environment_is_silent(hook_dir, stub_agent, tmp
 
 
 def test_cleanup_ok_and_notfound_are_success(hook_dir, stub_agent):
-    """§2.5, §8: "not found" is success."""
+    """hook-protocol.md §2.5, §8: "not found" is success."""
     for status in (protocol.STATUS_OK, protocol.STATUS_NOTFOUND):
         stub_agent.reply = (status, [b""])
         res = run_hook(hook_dir, "cleanup", ROUTED, env_for(stub_agent))
@@ -96,7 +96,7 @@ def test_cleanup_ok_and_notfound_are_success(hook_dir, stub_agent):
 
 
 def test_cleanup_failure_is_retried(hook_dir, stub_agent, tmp_path):
-    """§2.5: non-zero exit = retried on the next poll; that is what we want until the pod is gone."""
+    """hook-protocol.md §2.5: non-zero exit = retried on the next poll; that is what we want until the pod is gone."""
     stub_agent.reply = (protocol.STATUS_ERROR, [b"API down"])
     assert run_hook(hook_dir, "cleanup", ROUTED, env_for(stub_agent)).returncode == 1
     res = run_hook(hook_dir, "cleanup", ROUTED, {"CE_K8S_SOCKET": str(tmp_path / "none.sock")})
@@ -176,7 +176,7 @@ def test_knob_changes_the_rule_from_environment_and_hooks_conf(hook_dir, stub_ag
 
 
 def test_a_job_string_cannot_pose_as_the_routed_grid_resource(hook_dir, stub_agent):
-    """sPrintAd writes a string's raw newline as is (jobrouter-protocol.md §2.2), so a Slurm job's
+    """sPrintAd writes a string's raw newline as is (docs/hook-protocol.md §2.2), so a Slurm job's
     text can put a line that starts `GridResource = ` into the routed ad. Such a line cannot be a
     plain string literal (its first bare `"` closes the other string), so it never counts: the job
     stays another backend's, and a Kubernetes job cannot hide from cleanup that way either."""
