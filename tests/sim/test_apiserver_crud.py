@@ -1,6 +1,6 @@
 """The API emulator against the official client: create/read/update/patch/delete semantics.
 
-Each rule is one kmock gets wrong or lacks (testbed-measurements.md §1.1, §1.2) and issue 4 item 1
+Each rule is one kmock gets wrong or lacks (docs/design.md "kmock 0.8, measured") and issue 4 item 1
 requires; the expected answers are the real kube-apiserver's (Kubernetes API concepts,
 kubernetes.io/docs/reference/using-api/api-concepts/).
 """
@@ -22,7 +22,7 @@ def body_of(e: ApiException) -> dict:
 
 
 def test_create_answers_201_and_stamps_metadata(core, api_only, pod_body):
-    """§1.1: kmock answers 200 and stamps no uid/resourceVersion/creationTimestamp/namespace."""
+    """kmock answers 200 and stamps no uid/resourceVersion/creationTimestamp/namespace."""
     _, code, _ = core.create_namespaced_pod_with_http_info("default", pod_body("p1"))
     assert code == 201
     p = core.read_namespaced_pod("p1", "default")
@@ -35,7 +35,7 @@ def test_create_answers_201_and_stamps_metadata(core, api_only, pod_body):
 
 
 def test_resource_version_is_monotonic_per_write(core, pod_body):
-    """§1.1: resourceVersion must exist and grow with every write (etcd revision)."""
+    """resourceVersion must exist and grow with every write (etcd revision)."""
     rv1 = int(core.create_namespaced_pod("default", pod_body("p1")).metadata.resource_version)
     patched = core.patch_namespaced_pod("p1", "default", {"metadata": {"labels": {"a": "b"}}})
     rv2 = int(patched.metadata.resource_version)
@@ -86,7 +86,7 @@ def test_invalid_label_value_and_pod_spec_are_422(core, pod_body):
 
 
 def test_generate_name(core, pod_body):
-    """§1.2: kmock fails generateName with a 500."""
+    """kmock fails generateName with a 500."""
     body = pod_body("x")
     body["metadata"] = {"generateName": "pilot-"}
     p = core.create_namespaced_pod("default", body)
@@ -94,7 +94,7 @@ def test_generate_name(core, pod_body):
 
 
 def test_namespace_comes_from_the_url_and_must_exist(core, pod_body):
-    """§1.2: kmock never delivers events of pods created without metadata.namespace."""
+    """kmock never delivers events of pods created without metadata.namespace."""
     p = core.create_namespaced_pod("default", pod_body("p1"))
     assert p.metadata.namespace == "default"
     body = pod_body("p2")
@@ -108,7 +108,7 @@ def test_namespace_comes_from_the_url_and_must_exist(core, pod_body):
 
 
 def test_namespaces_resource_works(core, pod_body):
-    """§1.2: kmock answers 500 for the namespaces resource."""
+    """kmock answers 500 for the namespaces resource."""
     core.create_namespace({"metadata": {"name": "pilots"}})
     names = [n.metadata.name for n in core.list_namespace().items]
     assert "pilots" in names and "default" in names
@@ -122,7 +122,7 @@ def test_namespaces_resource_works(core, pod_body):
 
 
 def test_list_has_kind_and_api_version(core, pod_body):
-    """§1.1: kmock's lists have no kind/apiVersion and kubectl then refuses them."""
+    """kmock's lists have no kind/apiVersion and kubectl then refuses them."""
     core.create_namespaced_pod("default", pod_body("p1"))
     resp = core.list_namespaced_pod("default", _preload_content=False)
     doc = json.loads(resp.data)
@@ -143,7 +143,7 @@ def test_list_has_kind_and_api_version(core, pod_body):
     ("rank<2", ["p1"]),
 ])
 def test_label_selectors_all_operators(core, selector, expected, pod_body):
-    """§1.1: kmock ignores labelSelector; here every operator of the real grammar works."""
+    """kmock ignores labelSelector; here every operator of the real grammar works."""
     for name, labels in (("p1", {"app": "a", "rank": "1"}), ("p2", {"app": "a", "tier": "db"}),
                          ("p3", {"app": "b"}), ("p4", {"rank": "3"})):
         core.create_namespaced_pod("default", pod_body(name, labels=labels))
@@ -181,7 +181,7 @@ def test_field_selectors(core, api_only, pod_body):
 
 
 def test_limit_and_continue_paging(core, pod_body):
-    """§1.2: kmock ignores limit; here pages chain with continue and keep the first page's version."""
+    """kmock ignores limit; here pages chain with continue and keep the first page's version."""
     for i in range(5):
         core.create_namespaced_pod("default", pod_body(f"p{i}"))
     first = core.list_namespaced_pod("default", limit=2)
@@ -195,7 +195,7 @@ def test_limit_and_continue_paging(core, pod_body):
 
 
 def test_put_replace_with_stale_resource_version_is_409(core):
-    """§1.2: kmock has no PUT at all. Optimistic concurrency is the real server's contract."""
+    """kmock has no PUT at all. Optimistic concurrency is the real server's contract."""
     core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"a": "1"}})
     s = core.read_namespaced_secret("s", "default")
     s.data = {"a": base64.b64encode(b"2").decode()}
@@ -209,7 +209,7 @@ def test_put_replace_with_stale_resource_version_is_409(core):
 
 
 def test_status_subresource_separates_spec_and_status(core, pod_body):
-    """§1.1: in kmock a PATCH on /status can change spec and a PATCH on the object can change status."""
+    """In kmock a PATCH on /status can change spec and a PATCH on the object can change status."""
     core.create_namespaced_pod("default", pod_body("p1"))
     p = core.patch_namespaced_pod_status("p1", "default", {"status": {"phase": "Running"},
                                                            "metadata": {"labels": {"sneaky": "yes"}}})
@@ -290,7 +290,7 @@ def test_finalizers_hold_deletion_until_cleared(core, api_only):
 
 
 def test_delete_collection(core, api_only, pod_body):
-    """§1.2: kmock has no deleteCollection."""
+    """kmock has no deleteCollection."""
     for n, app in (("a1", "x"), ("a2", "x"), ("b1", "y")):
         core.create_namespaced_pod("default", pod_body(n, labels={"app": app}))
     core.delete_collection_namespaced_pod("default", label_selector="app=x")
@@ -418,7 +418,7 @@ def test_enforced_rbac_answers_403(pod_body, core_api):
 
 
 def test_discovery_and_version_with_and_without_trailing_slash(core, api_only):
-    """§1.1: kmock answers groupVersion "/v1" and 404s trailing-slash discovery paths."""
+    """kmock answers groupVersion "/v1" and 404s trailing-slash discovery paths."""
     assert client.VersionApi(core.api_client).get_code().git_version.startswith("v1.32")
     names = {r.name for r in core.get_api_resources().resources}
     assert {"pods", "pods/status", "pods/log", "pods/eviction", "secrets", "nodes", "namespaces",

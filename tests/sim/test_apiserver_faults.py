@@ -31,7 +31,7 @@ def test_scripted_429_has_retry_after_and_500_is_internal_error(core, api_only, 
 
 
 def test_timeout_after_write_applies_the_write_and_drops_the_answer(core, api_only, pod_body):
-    """The client sees a failure, yet the pod exists: the agent must adopt on AlreadyExists (DESIGN 5)."""
+    """The client sees a failure, yet the pod exists: the agent adopts on AlreadyExists (design.md Decision 5)."""
     api_only.faults.inject("timeout", verb="create", resource="pods")
     with pytest.raises(urllib3.exceptions.HTTPError):
         core.create_namespaced_pod("default", pod_body("p1"), _request_timeout=5)

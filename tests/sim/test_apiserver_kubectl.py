@@ -1,5 +1,5 @@
 """kubectl 1.32 (/usr/bin/kubectl) against the emulator: the commands that fail on plain kmock
-(testbed-measurements.md §1.2: "get pods" resolves to metrics.k8s.io, "create -f" cannot download
+(docs/design.md "kmock 0.8, measured": "get pods" resolves to metrics.k8s.io, "create -f" cannot download
 openapi, "get ns" is a 500) work here, with validation on."""
 
 from __future__ import annotations

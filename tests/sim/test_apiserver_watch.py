@@ -1,7 +1,7 @@
 """Watch semantics of the API emulator (official client and raw HTTP).
 
 kmock's watch replays everything as ADDED, ignores resourceVersion, selectors and timeoutSeconds
-and never ends (testbed-measurements.md §1.1, §1.2). The agent's cache (DESIGN decision 3) needs
+and never ends (docs/design.md "kmock 0.8, measured"). The agent's cache (docs/design.md Decision 3) needs
 the real contract: resume after a resourceVersion, 410 Gone as an ERROR event for a compacted
 version, selector transitions, timeoutSeconds and bookmarks (issue 4 item 1).
 """
@@ -96,7 +96,7 @@ def test_too_old_resource_version_is_410_gone_error_event(core, api_only, pod_bo
 
 
 def test_timeout_seconds_ends_the_stream(core):
-    """§1.2: kmock's watch never ends; the client then needs a read timeout to get out."""
+    """kmock's watch never ends; the client then needs a read timeout to get out."""
     t0 = time.monotonic()
     w = watch.Watch()
     assert list(w.stream(core.list_namespaced_pod, "default", timeout_seconds=1)) == []

@@ -1,4 +1,4 @@
-"""The JobRouter emulator against jobrouter-protocol.md: stdin bytes, hook outcomes, state machine.
+"""The JobRouter emulator against docs/hook-protocol.md: stdin bytes, hook outcomes, state machine.
 
 Each test drives the emulator with real hook processes (tests/sim/fake_hooks) whose behaviour is
 chosen per call, and asserts the consequence the reference documents for that behaviour.
@@ -68,7 +68,7 @@ def make_bed(tmp_path):
 
 # ----------------------------------------------------------------------------- stdin bytes
 def test_translate_stdin_is_route_line_dashes_and_sorted_source_ad(make_bed):
-    """§2.2: route line (new-style, no trailing newline), "\\n------\\n", sPrintAd(src) sorted by bytes."""
+    """hook-protocol.md §2.2: route line (new-style, no newline), "\\n------\\n", sPrintAd(src) sorted by bytes."""
     bed = make_bed()
     job = bed.schedd.submit(pilot(ClusterId=4711), owner="cmspilot")
     bed.step()
@@ -95,7 +95,7 @@ def test_translate_stdin_is_route_line_dashes_and_sorted_source_ad(make_bed):
 
 
 def test_private_attributes_never_reach_a_hook(make_bed):
-    """§2.2: sPrintAd drops ClaimId, Capability, TransferKey, _condor_priv* (case-insensitive)."""
+    """hook-protocol.md §2.2: sPrintAd drops ClaimId, Capability, TransferKey, _condor_priv* (case-insensitive)."""
     bed = make_bed()
     bed.schedd.submit(pilot(ClaimId="secret", capability="x", _CONDOR_PRIV_Thing=1, TransferKey="k"))
     bed.step()
@@ -105,7 +105,7 @@ def test_private_attributes_never_reach_a_hook(make_bed):
 
 
 def test_update_and_finalize_stdin_layout(make_bed):
-    """§2.3: update gets sPrintAd(routed ad); §2.4: finalize has an empty line before the dashes."""
+    """hook-protocol.md §2.3: update gets sPrintAd(routed ad); §2.4: finalize has an empty line before the dashes."""
     bed = make_bed()
     job = bed.schedd.submit(pilot())
     bed.step(2)  # translate + submit, then first status check (routed job seen)
@@ -127,7 +127,7 @@ def test_update_and_finalize_stdin_layout(make_bed):
 
 
 def test_no_arguments_and_inherited_environment(make_bed):
-    """§2.1: argv is [path]; the environment is the router's plus CONDOR_INHERIT."""
+    """hook-protocol.md §2.1: argv is [path]; the environment is the router's plus CONDOR_INHERIT."""
     bed = make_bed()
     bed.schedd.submit(pilot())
     bed.step()
@@ -139,7 +139,7 @@ def test_no_arguments_and_inherited_environment(make_bed):
 
 # ----------------------------------------------------------------------------- translate outcomes
 def test_translate_success_submits_routed_job_with_transforms(make_bed):
-    """§2.2: output replaces the ad, then VanillaToGrid, transforms, router stamps, submit_job."""
+    """hook-protocol.md §2.2: output replaces the ad, then VanillaToGrid, transforms, router stamps, submit_job."""
     bed = make_bed()
     job = bed.schedd.submit(pilot(x509UserProxySubject="/DC=org/CN=pilot"))
     bed.step()
@@ -151,14 +151,14 @@ def test_translate_success_submits_routed_job_with_transforms(make_bed):
     assert routed.eval("RoutedJob") is True
     assert routed.eval("RouteName") == "K8s" and routed.eval("RoutedFromJobId") == job
     assert routed.eval("Managed") == "ScheddDone" and routed.eval("ManagedManager") == "fake"
-    assert "x509UserProxySubject" not in routed, "secure attributes are dropped at submit (§2.2 step 5)"
+    assert "x509UserProxySubject" not in routed, "secure attributes dropped at submit (hook-protocol.md §2.2)"
     assert str(routed.lookup("LeaveJobInQueue")) == "JobStatus == 4"
     src = bed.src(job)
     assert src.eval("Managed") == "External" and src.eval("ManagedManager") == "htcondor-ce"
 
 
 def test_translate_empty_output_retries_next_poll(make_bed):
-    """§2.2: exit 0 with no stdout = do nothing; the job stays CLAIMED and translate runs again."""
+    """hook-protocol.md §2.2: exit 0 with no stdout = do nothing; the job stays CLAIMED and translate runs again."""
     bed = make_bed()
     bed.mode("translate", "empty")
     job = bed.schedd.submit(pilot())
@@ -173,7 +173,7 @@ def test_translate_empty_output_retries_next_poll(make_bed):
 
 @pytest.mark.parametrize("mode", ["exit 1", "badline"])
 def test_translate_failure_is_graceful_removal_then_reroute(make_bed, mode):
-    """§2.2: non-zero exit or a bad line -> CLEANUP without cleanup hook, yield, routed again later."""
+    """hook-protocol.md §2.2: non-zero exit or a bad line -> CLEANUP without cleanup hook, yield, routed again later."""
     bed = make_bed()
     bed.mode("translate", mode)
     job = bed.schedd.submit(pilot())
@@ -192,7 +192,7 @@ def test_translate_failure_is_graceful_removal_then_reroute(make_bed, mode):
 
 @pytest.mark.parametrize("mode", ["nouniverse", "whitespace"])
 def test_translate_without_jobuniverse_aborts_the_router(make_bed, mode):
-    """§2.2: VanillaToGrid EXCEPTs on an ad without JobUniverse (whitespace-only stdout is such an ad)."""
+    """hook-protocol.md §2.2: VanillaToGrid EXCEPTs on an ad without JobUniverse (e.g. whitespace-only stdout)."""
     bed = make_bed()
     bed.mode("translate", mode)
     bed.schedd.submit(pilot())
@@ -205,7 +205,7 @@ def test_translate_without_jobuniverse_aborts_the_router(make_bed, mode):
 
 
 def test_translate_killed_by_signal_counts_as_exit_zero(make_bed):
-    """§2.1: WEXITSTATUS of a signalled hook is 0, so its output is used."""
+    """hook-protocol.md §2.1: WEXITSTATUS of a signalled hook is 0, so its output is used."""
     bed = make_bed()
     bed.mode("translate", "signal")
     job = bed.schedd.submit(pilot())
@@ -216,7 +216,7 @@ def test_translate_killed_by_signal_counts_as_exit_zero(make_bed):
 
 
 def test_world_writable_hook_is_treated_as_unconfigured(make_bed):
-    """§1.1: a path that fails the checks means no hook: plain routing, nothing logged as error."""
+    """hook-protocol.md §1.1: a path that fails the checks means no hook: plain routing, nothing logged as error."""
     bed = make_bed()
     os.chmod(bed.hooks / "translate", 0o777)
     job = bed.schedd.submit(pilot())
@@ -227,7 +227,7 @@ def test_world_writable_hook_is_treated_as_unconfigured(make_bed):
 
 
 def test_hook_process_group_is_killed_after_exit(make_bed, tmp_path):
-    """§2.1: Kill_Family after the hook exits: a background child never finishes its work."""
+    """hook-protocol.md §2.1: Kill_Family after the hook exits: a background child never finishes its work."""
     bed = make_bed()
     marker = tmp_path / "child-ran"
     bed.mode("translate", f"background {marker}")
@@ -247,7 +247,7 @@ def _submitted(bed: Bed) -> tuple[str, str]:
 
 
 def test_update_runs_only_after_routed_job_seen_and_syncs_source(make_bed):
-    """§2.3: no update before SawDestJob; running routed job -> source running + copied attrs."""
+    """hook-protocol.md §2.3: no update before SawDestJob; running routed job -> source running + copied attrs."""
     bed = make_bed()
     job = bed.schedd.submit(pilot())
     bed.step(2)
@@ -263,7 +263,7 @@ def test_update_runs_only_after_routed_job_seen_and_syncs_source(make_bed):
 
 
 def test_update_parse_error_removes_routed_job_and_requeues_source(make_bed):
-    """§2.3: one bad line -> GracefullyRemoveJob: routed job removed, cleanup, source idle again."""
+    """hook-protocol.md §2.3: one bad line -> GracefullyRemoveJob: routed job removed, cleanup, source idle again."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.mode("update", "badline")
@@ -275,7 +275,7 @@ def test_update_parse_error_removes_routed_job_and_requeues_source(make_bed):
     assert bed.src(job).eval("JobStatus") == 1 and bed.src(job).eval("Managed") == "Schedd"
     # The routed job is Managed = "ScheddDone", the schedd's own (docs/internals.md "Routed jobs"),
     # so condor_rm destroys it at once. With the routed job gone and the source yielded, the
-    # RETIRED record is forgotten at the next poll (§2.5 step 4) without waiting for
+    # RETIRED record is forgotten at the next poll (hook-protocol.md §2.5 step 4) without waiting for
     # MAX_JOB_MIRROR_UPDATE_LAG, and the pilot is routed again.
     assert bed.schedd.get(dest) is None and bed.schedd.history[dest].eval("JobStatus") == 3
     bed.step(2)
@@ -283,7 +283,7 @@ def test_update_parse_error_removes_routed_job_and_requeues_source(make_bed):
 
 
 def test_update_nonzero_exit_means_no_sync_this_cycle(make_bed):
-    """§2.3: exit != 0 -> output ignored and FinishCheckSubmittedJobStatus not run."""
+    """hook-protocol.md §2.3: exit != 0 -> output ignored and FinishCheckSubmittedJobStatus not run."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.schedd.set_attributes(dest, {"JobStatus": 2})  # the routed job runs (as if a hook said so)
@@ -297,7 +297,7 @@ def test_update_nonzero_exit_means_no_sync_this_cycle(make_bed):
 
 
 def test_update_signalled_output_is_applied(make_bed):
-    """§2.1: a signal-killed update hook counts as exit 0 and its output is parsed."""
+    """hook-protocol.md §2.1: a signal-killed update hook counts as exit 0 and its output is parsed."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("update", "signal")
@@ -306,7 +306,7 @@ def test_update_signalled_output_is_applied(make_bed):
 
 
 def test_update_of_immutable_attribute_is_a_push_failure(make_bed):
-    """§2.3: Owner is in SYSTEM_IMMUTABLE_JOB_ATTRS -> push fails -> routed job removed."""
+    """hook-protocol.md §2.3: Owner is in SYSTEM_IMMUTABLE_JOB_ATTRS -> push fails -> routed job removed."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.mode("update", "immutable")
@@ -316,7 +316,7 @@ def test_update_of_immutable_attribute_is_a_push_failure(make_bed):
 
 
 def test_routed_hold_is_mirrored_and_undone_on_yield(make_bed):
-    """§2.3 update_job_status: HELD copied with reason/codes and HoldCopiedFromTargetJob."""
+    """hook-protocol.md §2.3 update_job_status: HELD copied with reason/codes and HoldCopiedFromTargetJob."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("update", "hold")
@@ -329,7 +329,7 @@ def test_routed_hold_is_mirrored_and_undone_on_yield(make_bed):
 
 # ----------------------------------------------------------------------------- finish / finalize / cleanup
 def test_completion_needs_jobfinishedhookdone_then_finalize_and_cleanup(make_bed):
-    """§2.3-2.5: JobStatus 4 + JobFinishedHookDone -> FINISHED -> finalize -> cleanup -> ScheddDone."""
+    """hook-protocol.md §2.3-2.5: JobStatus 4 + JobFinishedHookDone -> FINISHED -> finalize -> cleanup -> ScheddDone."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.schedd.set_attributes(dest, {"JobStatus": 4})  # completed but no JobFinishedHookDone
@@ -346,7 +346,7 @@ def test_completion_needs_jobfinishedhookdone_then_finalize_and_cleanup(make_bed
 
 
 def test_finalize_output_updates_source_job(make_bed):
-    """§2.4: finalize stdout is merged into the source ad and pushed to SCHEDD1."""
+    """hook-protocol.md §2.4: finalize stdout is merged into the source ad and pushed to SCHEDD1."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("finalize", "attrs")
@@ -357,7 +357,7 @@ def test_finalize_output_updates_source_job(make_bed):
 
 @pytest.mark.parametrize("mode", ["exit 1", "badline"])
 def test_finalize_failure_reroutes_the_pilot(make_bed, mode):
-    """§2.4: finalize exit != 0 or a bad line -> RerouteJob: source idle, routed removed, new route."""
+    """hook-protocol.md §2.4: finalize exit != 0 or a bad line -> RerouteJob: source idle, routed removed, new route."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.mode("finalize", mode)
@@ -367,14 +367,14 @@ def test_finalize_failure_reroutes_the_pilot(make_bed, mode):
     assert bed.src(job).eval("JobStatus") == 1
     bed.mode("update", "default")
     bed.step()
-    bed.clock.advance(600)  # RETIRED until MAX_JOB_MIRROR_UPDATE_LAG (§2.5 step 4)
+    bed.clock.advance(600)  # RETIRED until MAX_JOB_MIRROR_UPDATE_LAG (hook-protocol.md §2.5 step 4)
     bed.step(2)
     assert bed.router.jobs[job].dest_key not in ("", dest)
     assert bed.router.events["rerouted"] == 1
 
 
 def test_cleanup_nonzero_exit_is_retried_every_poll(make_bed):
-    """§2.5: cleanup exit != 0 leaves the job in CLEANUP; the hook runs again each poll."""
+    """hook-protocol.md §2.5: cleanup exit != 0 leaves the job in CLEANUP; the hook runs again each poll."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("cleanup", "exit 2")
@@ -389,7 +389,7 @@ def test_cleanup_nonzero_exit_is_retried_every_poll(make_bed):
 
 
 def test_cleanup_killed_by_signal_counts_as_success(make_bed):
-    """§2.5: the cleanup handler checks WIFSIGNALED explicitly: signalled = finished."""
+    """hook-protocol.md §2.5: the cleanup handler checks WIFSIGNALED explicitly: signalled = finished."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("cleanup", "signal")
@@ -400,7 +400,7 @@ def test_cleanup_killed_by_signal_counts_as_success(make_bed):
 
 
 def test_condor_rm_of_source_removes_routed_job_and_calls_cleanup(make_bed):
-    """§3.1: source removed by the user -> routed job removed, cleanup hook, source destroyed."""
+    """hook-protocol.md §3.1: source removed by the user -> routed job removed, cleanup hook, source destroyed."""
     bed = make_bed()
     job, dest = _submitted(bed)
     bed.router.condor_rm(job)
@@ -415,7 +415,7 @@ def test_condor_rm_of_source_removes_routed_job_and_calls_cleanup(make_bed):
 
 # ----------------------------------------------------------------------------- dedup, limits, restart
 def test_running_hook_is_not_spawned_again(make_bed):
-    """§2.1: while a hook runs for a key, calls of that type for that key are skipped."""
+    """hook-protocol.md §2.1: while a hook runs for a key, calls of that type for that key are skipped."""
     bed = make_bed()
     job, _ = _submitted(bed)
     bed.mode("update", "sleep 1.5")
@@ -430,7 +430,7 @@ def test_running_hook_is_not_spawned_again(make_bed):
 
 
 def test_dedup_prefix_quirk_blocks_longer_keys(make_bed):
-    """§2.1 quirk: strncmp(known, key, strlen(known)): while 7.1 translates, 7.10 and 7.11 wait."""
+    """hook-protocol.md §2.1 quirk: strncmp(known, key, strlen(known)): while 7.1 translates, 7.10 and 7.11 wait."""
     bed = make_bed()
     ids = bed.schedd.submit_cluster([pilot() for _ in range(12)])
     assert ids[1].endswith(".1") and ids[10].endswith(".10")
@@ -447,7 +447,7 @@ def test_dedup_prefix_quirk_blocks_longer_keys(make_bed):
 
 
 def test_max_idle_jobs_throttles_routing_until_jobs_run(make_bed):
-    """§4.4: a route stops taking jobs when idle routed jobs (status not 2/6) reach MaxIdleJobs."""
+    """hook-protocol.md §4.4: a route stops taking jobs when idle routed jobs (status not 2/6) reach MaxIdleJobs."""
     bed = make_bed(max_idle=2)
     jobs = [bed.schedd.submit(pilot()) for _ in range(5)]
     bed.step(3)
@@ -459,7 +459,7 @@ def test_max_idle_jobs_throttles_routing_until_jobs_run(make_bed):
 
 
 def test_restart_adopts_routed_jobs_without_translate(make_bed):
-    """§2.3: after a restart AdoptOrphans re-adopts routed jobs in SUBMITTED; translate is not rerun."""
+    """hook-protocol.md §2.3: after a restart AdoptOrphans re-adopts SUBMITTED routed jobs; no new translate."""
     bed = make_bed()
     job, dest = _submitted(bed)
     router2 = bed.router.restart()
@@ -492,7 +492,7 @@ def test_orphaned_claimed_source_is_yielded(make_bed):
 
 
 def test_harness_timeout_kills_a_hung_hook(make_bed):
-    """Harness-only: a hook past the timeout is SIGKILLed and recorded (the router has none, §0)."""
+    """Harness-only: a hook past the timeout is SIGKILLed and recorded (the router has none, hook-protocol.md §0)."""
     bed = make_bed()
     bed.router.runner.timeout = 0.5
     bed.mode("translate", "sleep 30")
@@ -504,7 +504,7 @@ def test_harness_timeout_kills_a_hung_hook(make_bed):
 
 
 def test_stderr_is_recorded_and_has_no_other_effect(make_bed):
-    """§2.2: stderr non-empty is logged as a warning only."""
+    """hook-protocol.md §2.2: stderr non-empty is logged as a warning only."""
     bed = make_bed()
     bed.mode("translate", "stderr")
     job = bed.schedd.submit(pilot())

@@ -1,7 +1,7 @@
 """The router emulator with spawner threads (``spawn_threads``): the fork/exec leaves the polling
-thread, the protocol of jobrouter-protocol.md §2.1 does not change.
+thread, the protocol of docs/hook-protocol.md §2.1 does not change.
 
-Each test drives real hook processes (tests/sim/fake_hooks) and asserts what §2.1-§2.5 say, in
+Each test drives real hook processes (tests/sim/fake_hooks) and asserts what hook-protocol.md §2.1-§2.5 say, in
 the mode the pipeline benchmark uses; spawn failures are checked in both modes, since they must
 look the same to the router (``spawn() == 0``: the step is retried at the next poll).
 """
@@ -27,7 +27,7 @@ def _router(tmp_path: Path, spawn_threads: int):
 
 
 def test_whole_lifecycle_with_spawner_threads(tmp_path):
-    """§2.2-§2.5: translate, update (running, then complete), finalize, cleanup; one process each,
+    """hook-protocol.md §2.2-§2.5: translate, update (running, then complete), finalize, cleanup; one process each,
     argv [path], stdin written and closed, and the job yielded as done."""
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads=2)
     try:
@@ -50,7 +50,7 @@ def test_whole_lifecycle_with_spawner_threads(tmp_path):
 
 
 def test_running_hook_is_not_spawned_again_with_spawner_threads(tmp_path):
-    """§2.1 "known hooks": the call is registered when the router asks for it, not when a spawner
+    """hook-protocol.md §2.1 "known hooks": the call is registered when the router asks for it, not when a spawner
     thread gets to it, so polls during a slow hook never start a second one for the same job."""
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads=2)
     try:
@@ -68,7 +68,7 @@ def test_running_hook_is_not_spawned_again_with_spawner_threads(tmp_path):
 
 @pytest.mark.parametrize("spawn_threads", [0, 2])
 def test_spawn_failure_is_retried_next_poll(tmp_path, spawn_threads):
-    """§2.1: a hook that cannot be spawned did not run: no exit status is applied, the job keeps
+    """hook-protocol.md §2.1: a hook that cannot be spawned did not run: no exit status is applied, the job keeps
     its state and the router tries again at its next poll (same outcome with or without threads)."""
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads=spawn_threads)
     translate = hooks / "translate"
@@ -89,7 +89,7 @@ def test_spawn_failure_is_retried_next_poll(tmp_path, spawn_threads):
 
 
 def test_runner_threads_capture_output_and_kill_the_group(tmp_path):
-    """§2.1 with spawner threads: stdin written fully then closed (the child sees EOF), stdout and
+    """hook-protocol.md §2.1 with spawner threads: stdin written fully then closed (the child sees EOF), stdout and
     stderr captured, the exit status read, and the process group killed once the hook exits."""
     script, marker = echo_hook(tmp_path)
     runner = HookRunner(timeout=20, spawn_threads=2)

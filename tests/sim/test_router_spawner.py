@@ -1,6 +1,6 @@
 """The router emulator with a spawner process (``spawn_process``): hooks are forked and watched by
 a child interpreter (ce_k8s/sim/router_spawner.py); what a hook sees and what the router reads back
-must not change (jobrouter-protocol.md §2.1-§2.5).
+must not change (docs/hook-protocol.md §2.1-§2.5).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _router(tmp_path: Path, spawn_threads: int = 0):
 
 @pytest.mark.parametrize("spawn_threads", [0, 2])
 def test_whole_lifecycle_through_the_spawner_process(tmp_path, spawn_threads):
-    """§2.2-§2.5 end to end with the hooks forked by the spawner: one process per call, argv
+    """hook-protocol.md §2.2-§2.5 end to end with the hooks forked by the spawner: one process per call, argv
     [path], the router's environment (the fake hooks find their directory through it), each
     exit status applied, the job yielded as done."""
     router, schedd, hooks, clock = _router(tmp_path, spawn_threads)
@@ -51,7 +51,7 @@ def test_whole_lifecycle_through_the_spawner_process(tmp_path, spawn_threads):
 
 
 def test_spawn_failure_through_the_spawner_is_retried_next_poll(tmp_path):
-    """§2.1: a hook that cannot be started did not run; the router tries again at its next poll."""
+    """hook-protocol.md §2.1: a hook that cannot be started did not run; the router tries again at its next poll."""
     router, schedd, hooks, clock = _router(tmp_path)
     translate = hooks / "translate"
     good = translate.read_text()
@@ -68,7 +68,7 @@ def test_spawn_failure_through_the_spawner_is_retried_next_poll(tmp_path):
 
 
 def test_remote_runner_writes_stdin_captures_output_and_kills_the_group(tmp_path):
-    """§2.1 through the spawner: stdin bigger than a pipe buffer written whole then closed, stdout,
+    """hook-protocol.md §2.1 through the spawner: stdin bigger than a pipe buffer written whole then closed, stdout,
     stderr and the exit status carried back unchanged, the process group killed at exit."""
     script, marker = echo_hook(tmp_path)
     runner = RemoteHookRunner(timeout=20, spawn_threads=2)

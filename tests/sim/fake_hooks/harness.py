@@ -27,7 +27,7 @@ class FakeClock:
 
 
 def install_hooks(root: Path) -> Path:
-    """Copy fake_hook.py as the four hooks: executable, not world-writable, parent neither (§1.1).
+    """Copy fake_hook.py as the four hooks: executable, not world-writable, parent neither (hook-protocol.md §1.1).
 
     The shebang is rewritten to this interpreter with -S: `#!/usr/bin/env python3` may hit a slow
     shim, and the router passes argv [path] only, so the file itself must be runnable.
@@ -85,7 +85,7 @@ def pilot(**extra: object) -> dict[str, object]:
 
 
 def echo_hook(tmp_path: Path) -> tuple[Path, Path]:
-    """A hook for the runners' §2.1 tests, and the file its escaped grandchild would create.
+    """A hook for the runners' hook-protocol.md §2.1 tests, and the file its escaped grandchild would create.
 
     It reads all of stdin, writes it reversed to stdout, writes `$ROUTER_ENV` (or "err") to stderr,
     starts a grandchild that creates the marker after 1 s unless the group is killed, and exits 3.
