@@ -160,5 +160,5 @@ def run_measured(argv: list[str], stdin_chunks, *, env: dict[str, str] | None = 
 
 
 def hook_env(socket_path: str, timeout: float = 3.0) -> dict[str, str]:
-    """The environment a hook inherits from the router (§2.1), narrowed to what ce-k8s reads."""
+    """The environment a hook inherits from the router (hook-protocol.md §2.1), narrowed to what ce-k8s reads."""
     return {"CE_K8S_SOCKET": socket_path, "CE_K8S_HOOK_TIMEOUT": str(timeout), "PATH": "/usr/bin:/bin"}

@@ -46,7 +46,7 @@ def _check_error(exc: BaseException) -> None:
     assert str(exc).strip(), f"{type(exc).__name__} without a message"
 
 
-# -- job ads, both formats, and hook stdout (jobrouter-protocol.md §2.1, §2.2, §7) ------------
+# -- job ads, both formats, and hook stdout (docs/hook-protocol.md §2.1, §2.2, §7) ------------
 
 @given(any_text)
 def test_old_ads_result_or_adparseerror(text):
@@ -79,7 +79,7 @@ def test_json_ads_result_or_adparseerror(text):
 
 @given(any_text)
 def test_hook_output_result_or_hookoutputerror(text):
-    """§2.1: any stdout → an ad, or HookOutputError with the 1-based line number of the bad line."""
+    """hook-protocol.md §2.1: any stdout → an ad, or HookOutputError with the 1-based line number of the bad line."""
     try:
         ad = wire.parse_hook_output(text)
     except wire.HookOutputError as exc:
@@ -104,7 +104,7 @@ hook_line = st.one_of(
 @given(st.lists(hook_line, max_size=8).map("\n".join))
 @example("A = undefined\nA = ")          # found by this test: a repeated name hid a bad line
 def test_hook_output_fast_parse_matches_the_line_rule(text):
-    """The one-call parse of hook stdout gives exactly what the per-line rule (§2.1) gives."""
+    """The one-call parse of hook stdout gives exactly what the per-line rule (hook-protocol.md §2.1) gives."""
     lines = [(no, line) for no, line in enumerate(text.split("\n"), start=1) if line.strip()]
     try:
         want = wire.sprint_ad(wire.hook_output_by_line(lines, "<t>"))
@@ -120,12 +120,12 @@ def test_hook_output_fast_parse_matches_the_line_rule(text):
 @given(st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,15}", fullmatch=True),
                        st.one_of(st.integers(-2**62, 2**62), st.booleans(),
                                  # HTCondor strings are C strings (no NUL); raw newlines are the
-                                 # documented sPrintAd quirk (§2.2) and tested in tests/condor.
+                                 # documented sPrintAd quirk (hook-protocol.md §2.2) and tested in tests/condor.
                                  st.text(max_size=40).filter(lambda s: not set(s) & {"\n", "\r", "\x00"}
                                                              and not s.endswith("\\"))),
                        max_size=12))
 def test_sprint_then_parse_round_trips_single_line_values(values):
-    """sPrintAd text (§2.2) of any ad without raw newlines reads back to the same values."""
+    """sPrintAd text (hook-protocol.md §2.2) of any ad without raw newlines reads back to the same values."""
     ad = classad2.ClassAd()
     for k, v in values.items():
         ad[k] = v
@@ -249,7 +249,7 @@ def test_config_include_command_never_runs(tmp_path):
                                  st.one_of(st.text(max_size=30), st.integers()), max_size=4))
 def test_transform_parse_and_apply_result_or_transformerror(text, attrs):
     """A transform body: TransformError (structural, with origin) or it runs; run-time trouble is
-    a logged error string, never an exception other than TransformError (§4)."""
+    a logged error string, never an exception other than TransformError (hook-protocol.md §4)."""
     try:
         t = Transform.parse("Fuzz", text)
     except TransformError as exc:
@@ -311,7 +311,7 @@ BASE_AD = {"ClusterId": 7, "ProcId": 0, "RoutedFromJobId": "7.0", "Owner": "osg0
 @given(st.dictionaries(st.sampled_from(K8S_ATTRS), VALUE, max_size=6))
 def test_k8s_values_build_or_podbuilderror(extra):
     """Any K8s* values → a pod whose names and labels are valid, or PodBuildError with a stable
-    code (internals.md "Holds"); the pod never loses the safe defaults (DESIGN decision 7)."""
+    code (internals.md "Holds"); the pod never loses the safe defaults (docs/design.md Decision 7)."""
     ad = dict(BASE_AD)
     ad.update(extra)
     try:

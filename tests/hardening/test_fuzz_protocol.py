@@ -1,13 +1,13 @@
 """The hook ↔ agent socket protocol under hostile peers, on both ends (issue 9 "Fuzzing").
 
 Server side (`ce_k8s.agent.server.HookServer`): every pilot account can connect (the socket is
-0666, jobrouter-protocol.md §2.1, §8), so any byte sequence, a huge declared length, a peer that
+0666, docs/hook-protocol.md §2.1, §8), so any byte sequence, a huge declared length, a peer that
 sends slowly or never finishes, must end in a `bad` reply or a closed connection, and must never
 stop the server from answering the next honest hook promptly.
 
 Client side (`ce_k8s.protocol.call` and the update hook as a real process): the hook must exit
-within its own deadline whatever the "agent" does (§8: "the hook must set its own timeouts on every
-network call and must always exit"), and print nothing it is not sure of (§2.3: one bad line
+within its own deadline whatever the "agent" does (hook-protocol.md §8: "the hook must set its own timeouts on every
+network call and must always exit"), and print nothing it is not sure of (hook-protocol.md §2.3: one bad line
 removes the routed job).
 """
 
@@ -280,7 +280,7 @@ HOSTILE_AGENTS = {"silent": _silent, "garbage": _garbage, "long header": _long_h
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_AGENTS))
 def test_client_call_is_bounded_by_its_deadline(tmp_root, name):
-    """protocol.call + read_all: ProtocolError/OSError, never a hang past the deadline (§8)."""
+    """protocol.call + read_all: ProtocolError/OSError, never a hang past the deadline (hook-protocol.md §8)."""
     path = str(tmp_root / "fake.sock")
     with fake_agent(path, HOSTILE_AGENTS[name]):
         t0 = time.monotonic()
@@ -295,7 +295,7 @@ def test_client_call_is_bounded_by_its_deadline(tmp_root, name):
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_AGENTS))
 def test_update_hook_process_exits_quietly_whatever_the_agent_does(tmp_root, launchers, name):
-    """The update hook as a real process: exit 1 ("no sync this cycle", §2.3), empty stdout, and
+    """The update hook as a real process: exit 1 ("no sync this cycle", hook-protocol.md §2.3), empty stdout, and
     within its deadline, for every misbehaving agent. The routed ad is a Kubernetes job's
     (`GridResource = "batch k8s"`): any other job is passed through without asking the agent
     (docs/routes.md, "CEs with other backends"), and this test is about asking it."""
@@ -317,7 +317,7 @@ UNSAFE_REPLIES = [
     b"A = [\n",
     b'A = "ends with backslash\\"\n',
     b"A = 1 2\n",
-    b'JobStatus = 2\nOwner = "root"\n',                # schedd-owned attribute (§2.3)
+    b'JobStatus = 2\nOwner = "root"\n',                # schedd-owned attribute (hook-protocol.md §2.3)
     b'x509UserProxySubject = "/CN=x"\n',
     b"JobStatus = 2\r\n",
     b"JobStatus\n",
@@ -327,7 +327,7 @@ UNSAFE_REPLIES = [
 
 @pytest.mark.parametrize("body", UNSAFE_REPLIES)
 def test_update_hook_never_prints_a_line_the_router_would_refuse(body):
-    """§2.3: one bad output line removes the routed job and re-runs the pilot, so the hook's
+    """hook-protocol.md §2.3: one bad output line removes the routed job and re-runs the pilot, so the hook's
     output check refuses anything the router's line parser (wire.parse_hook_output) would not
     take, and any attribute the schedd owns."""
     from ce_k8s.condor import wire
@@ -345,7 +345,7 @@ def test_update_hook_never_prints_a_line_the_router_would_refuse(body):
                                     )), min_size=1, max_size=4))
 def test_safe_output_implies_router_accepts(lines):
     """Whatever the agent sends, if the update hook's check passes, the router's parser accepts
-    every line (§2.1): the check is never looser than the router."""
+    every line (hook-protocol.md §2.1): the check is never looser than the router."""
     from ce_k8s.condor import wire
 
     body = "".join(f"{k} = {v}\n" for k, v in lines)

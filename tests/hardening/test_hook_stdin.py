@@ -1,9 +1,9 @@
-"""Hook stdin, hostile and huge, with the hooks as real processes (issue 9, jobrouter-protocol.md §2.1).
+"""Hook stdin, hostile and huge, with the hooks as real processes (issue 9, docs/hook-protocol.md §2.1).
 
-The router writes the whole stdin buffer and closes it (§2.1), never times a hook out, and
-treats a signal death as exit 0 (§2.1 "Exit status test"). So every hook must: refuse an
+The router writes the whole stdin buffer and closes it (hook-protocol.md §2.1), never times a hook out, and
+treats a signal death as exit 0 (hook-protocol.md §2.1 "Exit status test"). So every hook must: refuse an
 oversized stdin early (bounded memory: measured peak RSS of the hook process), survive any bytes,
-exit with its own mildest failure code (translate/update/cleanup 1, finalize 0, §2.2-§2.5), and
+exit with its own mildest failure code (translate/update/cleanup 1, finalize 0, hook-protocol.md §2.2-§2.5), and
 exit by itself when stdin never ends.
 """
 
@@ -22,9 +22,9 @@ from .conftest import hook_env, run_measured
 
 settings.load_profile("hardening")
 
-# Exit code each hook uses when it cannot do its job (§2.2 translate: graceful removal and retry;
-# §2.3 update: no sync this cycle; §2.4 finalize: always 0, a non-zero exit re-runs the pilot;
-# §2.5 cleanup: retried next poll).
+# Exit code each hook uses when it cannot do its job (hook-protocol.md §2.2 translate: graceful removal and retry;
+# hook-protocol.md §2.3 update: no sync this cycle; §2.4 finalize: always 0, a non-zero exit re-runs the pilot;
+# hook-protocol.md §2.5 cleanup: retried next poll).
 FAIL_EXIT = {"translate": 1, "update": 1, "finalize": 0, "cleanup": 1}
 RSS_LIMIT_KIB = 64 * 1024          # 100 MB offered; the hook may hold its 4 MiB cap, not the input
 MEASURED: dict[str, int] = {}
@@ -80,13 +80,13 @@ GARBAGE = {
 @pytest.mark.parametrize("hook", sorted(FAIL_EXIT))
 def test_garbage_stdin_ends_in_an_exit_code_never_a_traceback(launchers, tmp_root, hook, name):
     """Any bytes: an exit code from the hook's table, no Python traceback, and stdout that the
-    router can parse (§2.1) — or nothing."""
+    router can parse (hook-protocol.md §2.1) — or nothing."""
     res = run_measured([str(launchers / f"ce-k8s-{hook}")], [GARBAGE[name]],
                        env=hook_env(str(tmp_root / "none.sock"), timeout=2.0), timeout=30)
     assert res.returncode in (0, 1), res.stderr
     assert b"Traceback" not in res.stderr, res.stderr[-2000:]
     if res.stdout and hook != "translate":
-        # translate echoes its input lines byte for byte (§2.2); lines the router itself could
+        # translate echoes its input lines byte for byte (hook-protocol.md §2.2); lines the router itself could
         # never have written (a NUL inside a string) may come back, and the router then removes
         # the job gracefully, which is what exit 1 would have done. Realistic input is fuzzed in
         # test_translate_output_always_parses_and_names_a_valid_pod.
@@ -96,7 +96,7 @@ def test_garbage_stdin_ends_in_an_exit_code_never_a_traceback(launchers, tmp_roo
 @pytest.mark.parametrize("hook", sorted(FAIL_EXIT))
 def test_stdin_that_never_ends_hits_the_hooks_own_deadline(launchers, tmp_root, hook):
     """A writer that never closes stdin: the hook exits by itself (alarm), with its failure code
-    and not by a signal (a signal death counts as exit 0 for the router, §2.1)."""
+    and not by a signal (a signal death counts as exit 0 for the router, hook-protocol.md §2.1)."""
     import time
 
     def forever():
@@ -116,7 +116,7 @@ ATTR_LINE = st.builds(
     lambda name, value: f"{name} = {value}",
     st.sampled_from(["Owner", "GlobalJobId", "ClusterId", "ProcId", "QDate", "K8sAttempt", "JobUniverse",
                      "Cmd", "K8sPodName", "Managed", "x", "Environment"]),
-    # values as sPrintAd writes them (§2.2): literals, strings with only `"` escaped; a raw newline
+    # values as sPrintAd writes them (hook-protocol.md §2.2): literals, strings with only `"` escaped; a raw newline
     # inside a string is the documented quirk and becomes a continuation line below.
     st.one_of(st.integers(-5, 10**12).map(str),
               st.text(st.characters(blacklist_characters="\x00\r", blacklist_categories=("Cs",)), max_size=30)
@@ -129,7 +129,7 @@ AD_TEXT = st.lists(st.one_of(ATTR_LINE, CONTINUATION), max_size=15).map("\n".joi
 
 @given(AD_TEXT)
 def test_translate_output_always_parses_and_names_a_valid_pod(text):
-    """§2.2: translate output replaces the routed ad and one bad line removes the job, and a
+    """hook-protocol.md §2.2: translate output replaces the routed ad and one bad line removes the job, and a
     missing JobUniverse aborts the router. So for any input: TranslateError, or output that the
     router's parser accepts, with JobUniverse, Managed = "ScheddDone" (docs/internals.md "Routed jobs")
     and a DNS-1123 K8sPodName."""

