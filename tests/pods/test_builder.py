@@ -1,4 +1,4 @@
-"""Routed ad → Pod + Secret, one rule per test (issue 3; htcondor-ce.md §1.5, §6; DESIGN.md decisions 1, 5-8).
+"""Routed ad → Pod + Secret, one rule per test (issue 3; htcondor-ce.md §1.5, §6; docs/design.md Decisions 1, 5-8).
 
 Every manifest a test builds successfully is validated against the Kubernetes OpenAPI schema.
 """
@@ -58,7 +58,7 @@ def env_of(built: BuiltPod) -> dict[str, object]:
 # -- a whole GlideinWMS pilot ------------------------------------------------------------------------
 
 def test_glideinwms_pilot_pod(settings):
-    """§6.3 pilot → a schema-valid pod with the job's name, namespace, labels and annotations."""
+    """htcondor-ce.md §6.3 pilot → a schema-valid pod with the job's name, namespace, labels and annotations."""
     built = build(settings, pilot_files())
     pod = built.pod
     assert built.name == pod["metadata"]["name"] == pod_name(GJID, 0)

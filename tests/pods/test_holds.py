@@ -1,4 +1,4 @@
-"""The hold table (DESIGN.md decision 8; HTCondor condor_holdcodes.h; htcondor-ce.md §6.4)."""
+"""The hold table (docs/design.md Decision 8; HTCondor condor_holdcodes.h; htcondor-ce.md §6.4)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_codes_are_htcondor_values_and_subcodes_unique_in_range():
 
 
 def test_hold_attributes_shape_and_single_line():
-    """Every HoldReason starts with 'ce-k8s: ' and is one line (old-ClassAd text breaks on newlines, §2.2)."""
+    """Every HoldReason starts with 'ce-k8s: ' and is one line (hook-protocol.md §2.2: newlines break ads)."""
     attrs = hold_attributes("oom-killed", pod="ce-1-0-a0-x", limit="2000Mi\nevil = 1")
     assert attrs["HoldReasonCode"] == 34 and attrs["HoldReasonSubCode"] == 8750
     assert attrs["HoldReason"].startswith("ce-k8s: pod ce-1-0-a0-x was OOM-killed")

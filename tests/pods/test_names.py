@@ -1,4 +1,4 @@
-"""Pod/Secret names and label values (DESIGN.md decision 5, docs/internals.md "Identity")."""
+"""Pod/Secret names and label values (docs/design.md Decision 5, docs/internals.md "Identity")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every example pilot through the shipped routes, the real translate hook, and the builder.
 
-This is the path of DESIGN.md "The path of one pilot": examples/*.ad (GlideinWMS-shaped, htcondor-ce.md
+This is the path of docs/design.md "The path of one pilot": examples/*.ad (GlideinWMS-shaped, htcondor-ce.md
 §6.3) → first matching route → translate hook output → VanillaToGrid + transforms → evaluate_ad → pod.
 Every manifest is validated against the Kubernetes OpenAPI schema.
 """

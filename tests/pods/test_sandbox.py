@@ -1,4 +1,4 @@
-"""Which files go into the Secret (DESIGN.md decision 6; jobrouter-protocol.md §2.2; htcondor-ce.md §6.1-6.3)."""
+"""Which files go into the Secret (docs/design.md Decision 6; docs/hook-protocol.md §2.2; htcondor-ce.md §6.1-6.3)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def plan(**overrides):
 
 
 def test_spool_dir_from_source_job_id():
-    """$(SPOOL)/<cluster%10000>/<proc%10000>/cluster<C>.proc<P>.subproc0 of the *source* job (§2.2 example)."""
+    """$(SPOOL)/<cluster%10000>/<proc%10000>/cluster<C>.proc<P>.subproc0 of the *source* job (hook-protocol.md §2.2)."""
     assert job_spool_dir(JobAd({"RoutedFromJobId": "1234567.3"}), SPOOL) == SPOOL_DIR
     assert job_spool_dir(JobAd({"ClusterId": 4711, "ProcId": 0}), "/var/lib/condor-ce/spool") == (
         "/var/lib/condor-ce/spool/4711/0/cluster4711.proc0.subproc0"
@@ -47,7 +47,7 @@ def test_urls_are_left_to_the_pilot():
 
 
 def test_transfer_input_files_spelling_is_accepted():
-    """The §6.3 composite spells it TransferInputFiles; HTCondor's attribute is TransferInput."""
+    """The htcondor-ce.md §6.3 composite spells it TransferInputFiles; HTCondor's attribute is TransferInput."""
     items = plan(TransferInput=None, TransferInputFiles=f"{SPOOL_DIR}/OSG.idtoken")
     assert [i.key for i in items if i.role == "input"] == ["OSG.idtoken"]
 

@@ -1,4 +1,4 @@
-"""CE_K8S_* knobs (docs/internals.md "Settings"; DESIGN.md decision 9)."""
+"""CE_K8S_* knobs (docs/internals.md "Settings"; docs/design.md Decision 9)."""
 
 from __future__ import annotations
 
