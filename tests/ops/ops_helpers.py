@@ -102,7 +102,7 @@ class CEHost:
         return ad
 
     def update(self, cluster: int) -> classad2.ClassAd:
-        """One update-hook call for the pilot; the reply is applied to its routed ad (§2.3)."""
+        """One update-hook call for the pilot; the reply is applied to its routed ad (hook-protocol.md §2.3)."""
         assert self.agent is not None
         ad = self.ads[cluster]
         status, parts = self.agent.handle("update", wire.sprint_ad(ad).encode(), os.getuid())
@@ -134,7 +134,7 @@ class CEHost:
 
 def make_root() -> Path:
     root = Path(tempfile.mkdtemp(prefix="ce-k8s-ops-", dir="/tmp"))
-    os.chmod(root, 0o755)  # the hooks' directory's parent must not be world-writable (§1.1); /tmp is
+    os.chmod(root, 0o755)  # the hooks' directory's parent must not be world-writable (hook-protocol.md §1.1); /tmp is
     return root
 
 

@@ -1,8 +1,8 @@
 """`ce-k8s doctor`: a healthy host passes, and each check fails for its own reason with a fix.
 
-The hook path rules are the router's (jobrouter-protocol.md §1.1: exists, executable, not
+The hook path rules are the router's (docs/hook-protocol.md §1.1: exists, executable, not
 world-writable, parent not world-writable; a failing hook is silently treated as unconfigured),
-and hooks run as the pilot's account (§2.1).
+and hooks run as the pilot's account (hook-protocol.md §2.1).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_route_file_read_before_a_knob_file_warns_naming_it(host):
 
 
 def test_no_hook_keyword_fails(host):
-    """§1.1: without JOB_ROUTER_HOOK_KEYWORD the router calls no hook at all."""
+    """hook-protocol.md §1.1: without JOB_ROUTER_HOOK_KEYWORD the router calls no hook at all."""
     host.write_local("JOB_ROUTER_HOOK_KEYWORD =\n")
     code, found = doctor(host)
     assert code == 1
@@ -97,7 +97,7 @@ def test_no_hook_keyword_fails(host):
     ("relative path", "is not an absolute path"),
 ])
 def test_hook_path_rules_of_the_router(host, breakage, words):
-    """§1.1: each rule the router applies silently is reported, with the fix."""
+    """hook-protocol.md §1.1: each rule the router applies silently is reported, with the fix."""
     path = host.hook_dir / "ce-k8s-update"
     if breakage == "world-writable file":
         os.chmod(path, 0o777)
@@ -120,7 +120,7 @@ def test_hook_path_rules_of_the_router(host, breakage, words):
 
 
 def test_hook_not_executable_by_pilot_accounts_warns(host):
-    """§2.1: hooks run as the source job's owner, so group-only execute bits are a warning."""
+    """hook-protocol.md §2.1: hooks run as the source job's owner, so group-only execute bits are a warning."""
     os.chmod(host.hook_dir / "ce-k8s-cleanup", 0o750)
     code, found = doctor(host)
     assert found["hook-cleanup"][0] == "WARN" and "pilot's Unix account" in found["hook-cleanup"][1]
@@ -128,7 +128,7 @@ def test_hook_not_executable_by_pilot_accounts_warns(host):
 
 
 def test_finalize_falls_back_to_the_old_job_exit_knob(host):
-    """§1.1: <KW>_HOOK_JOB_EXIT is read when JOB_FINALIZE is undefined."""
+    """hook-protocol.md §1.1: <KW>_HOOK_JOB_EXIT is read when JOB_FINALIZE is undefined."""
     host.write_local(f"CE_K8S_HOOK_JOB_FINALIZE =\nCE_K8S_HOOK_JOB_EXIT = {host.hook_dir}/ce-k8s-finalize\n")
     code, found = doctor(host)
     expected = f"OK    hook-finalize: CE_K8S_HOOK_JOB_EXIT = {host.hook_dir}/ce-k8s-finalize"

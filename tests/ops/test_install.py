@@ -238,7 +238,7 @@ def test_unwritable_target_exits_1_naming_the_file(dirs, tmp_path):
 
 
 def test_world_writable_hooks_dir_is_refused(dirs):
-    """The router ignores hooks in a world-writable directory (jobrouter-protocol.md §1.1)."""
+    """The router ignores hooks in a world-writable directory (docs/hook-protocol.md §1.1)."""
     conf, hooks = dirs
     hooks.mkdir()
     os.chmod(hooks, 0o777)

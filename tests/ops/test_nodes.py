@@ -1,8 +1,8 @@
 """`ce-k8s nodes reclaim/release` against the API emulator, the kubelet simulator and the real agent.
 
-The hand-over of peer-systems.md §13 (Slurm takes a node from Kubernetes), done so that pilots are
+The hand-over of docs/operations.md "Sharing nodes with Slurm", done so that pilots are
 not lost: eviction goes through the Eviction API, whose DisruptionTarget condition the agent maps
-to a new attempt (peer-systems.md §14, §16.1: "don't kill running work" unnoticed).
+to a new attempt (Kubernetes "Pod disruption conditions": running work is never killed unnoticed).
 """
 
 from __future__ import annotations

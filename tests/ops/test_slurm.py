@@ -1,6 +1,6 @@
 """The Slurm hand-over scripts in containers/slurm/, run for real against the API emulator.
 
-peer-systems.md §13: slurmctld's PrologSlurmctld takes the job's nodes from Kubernetes and
+The BeBiDa scheme (docs/operations.md): slurmctld's PrologSlurmctld takes the job's nodes from Kubernetes and
 EpilogSlurmctld gives them back. `scontrol` and `squeue` are replaced by tiny stand-ins on PATH
 that print what slurmctld's tools would; everything else (bash, the `ce-k8s` console script, the
 emulator) is real.

@@ -1,7 +1,7 @@
 """`ce-k8s status` against a running agent and the API emulator.
 
 What an admin must see per routed pilot (htcondor-ce.md §4.1: route, pod/node name, hold reason
-visible) and that the job state shown is what the agent reports (factory view, §6.4).
+visible) and that the job state shown is what the agent reports (factory view, htcondor-ce.md §6.4).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_status_table_is_aligned_and_summarised(host):
 
 
 def test_status_shows_an_evicted_pilot_as_idle_with_the_next_attempt(host):
-    """The Eviction API sets DisruptionTarget, which the agent maps to a new attempt (peer-systems §14).
+    """The Eviction API sets DisruptionTarget, which the agent maps to a new attempt (docs/holds.md).
 
     The emulator deletes an evicted pod within milliseconds, so the row is computed from the pod as
     the Eviction API leaves it (condition set, deletion started), taken from the live pod.
