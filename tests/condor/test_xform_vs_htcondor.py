@@ -9,24 +9,22 @@ aside). The expected values are therefore HTCondor's, computed by HTCondor's cod
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import classad2
 import pytest
-
 import test_xform_router as cases
+import xform_oracle  # tests/condor is on sys.path (pytest's rootdir-relative test imports)
+
 from ce_k8s.condor import wire
 from ce_k8s.condor.config import CondorConfig
 from ce_k8s.condor.routing import RouterConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import xform_oracle  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[2]
 P = cases.PILOT
 FQAN = 'x509UserProxyFirstFQAN = "/cms/Role=pilot/Capability=NULL"'
-TYPO = (cases.PRE_IF.replace("JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Size", "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Typo")
+TYPO = (cases.PRE_IF.replace("JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Size",
+                             "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Typo")
         + "JOB_ROUTER_TRANSFORM_Typo @=jrt\n  SETT Foo 1\n@jrt\n")
 NESTED = (cases.COMPLEX_IF_ROUTE.replace("if MY.RequestCpus > 1", "if defined MY.xcount\n  if xcount > 1")
           .replace("    SET Big true\n  endif", "    SET Big true\n  endif\n  endif"))
