@@ -4,8 +4,8 @@ the RBAC enforced while ce-k8s's own code runs.
 The emulator serves the kinds the agent uses (pods, secrets, configmaps, serviceaccounts, nodes,
 namespaces, resourcequotas, events); the others in our manifests are cluster plumbing it does not
 implement, so they are checked by schema and by the static tests only (see UNSERVED).
-References: htcondor-ce.md §2 (signing key and host certificate Secrets), peer-systems.md §18
-item 7 (least privilege).
+References: htcondor-ce.md §2 (signing key and host certificate Secrets), docs/security.md
+(least privilege).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """containers/ce/ce_prepare.py: the CE pod's init step (accounts, directory layout, required files).
 
 References: htcondor-ce.md §2.1/§2.3 (pilots are mapped to local Unix accounts, hooks run as
-them), §1.3 (spool/log/lock layout of the htcondor-ce RPM), §2 (the signing key in
+them), htcondor-ce.md §1.3 (spool/log/lock layout of the htcondor-ce RPM), §2 (the signing key in
 /etc/condor-ce/passwords.d/POOL and the host certificate must be present).
 """
 

@@ -1,9 +1,9 @@
 """The CE and pilot Containerfiles, checked by the rules in containers_lint.py.
 
 References: htcondor-ce.md §1.2 (one port 9619; condor_master with COLLECTOR SCHEDD JOB_ROUTER),
-§1.3 (config layout: packaged defaults in /usr/share/condor-ce/config.d, site files in
-/etc/condor-ce/config.d), §2.3 (hooks run as the mapped account, hence a root master);
-peer-systems.md §18 item 5 (non-root pilots); DESIGN.md decision 7.
+htcondor-ce.md §1.3 (config layout: packaged defaults in /usr/share/condor-ce/config.d, site files in
+/etc/condor-ce/config.d), htcondor-ce.md §2.3 (hooks run as the mapped account, hence a root master);
+docs/design.md Decision 7 (non-root pilots).
 """
 
 from __future__ import annotations

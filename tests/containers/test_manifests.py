@@ -1,9 +1,9 @@
 """The Kubernetes manifests under containers/k8s: schema-valid, and secure by construction.
 
 References: htcondor-ce.md §1.2 (one port, 9619, shared_port; daemons of a CE), §1.3 (config
-layout: site overrides in /etc/condor-ce/config.d/99-local.conf), §2 (auth: signing key in
-/etc/condor-ce/passwords.d/POOL, host certificate); peer-systems.md §14 (priority, disruption),
-§18 items 5 (explicit securityContext, non-root pilots) and 7 (safety); DESIGN.md decision 7.
+layout: site overrides in /etc/condor-ce/config.d/99-local.conf), htcondor-ce.md §2 (auth: signing key in
+/etc/condor-ce/passwords.d/POOL, host certificate); Kubernetes pod priority and
+preemption (priority, disruption); docs/design.md Decision 7 (explicit securityContext, non-root pilots, safety).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_strict_validation_rejects_a_misspelt_field(site):
 
 
 def test_pilot_namespace_enforces_restricted_pod_security(site):
-    """Pilots run untrusted payloads: PSA `restricted` is enforced, not just warned (DESIGN.md 7)."""
+    """Pilots run untrusted payloads: PSA `restricted` is enforced, not just warned (docs/design.md Decision 7)."""
     labels = one(site, "Namespace", PILOTS)["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
@@ -84,7 +84,7 @@ def test_network_policy_denies_all_ingress_and_limits_egress(rendered, site):
 
 
 def test_priority_class_is_preemptible_and_never_preempts(site):
-    """Pilots are opportunistic: low priority, preemptionPolicy Never (peer-systems.md §14)."""
+    """Pilots are opportunistic: low priority, preemptionPolicy Never (Kubernetes "Non-preempting PriorityClass")."""
     pc = one(site, "PriorityClass", "ce-k8s-pilot")
     assert pc["value"] < 0
     assert pc["preemptionPolicy"] == "Never"

@@ -4,7 +4,7 @@ The code is scanned statically (containers_rbac_scan.py): every Kubernetes clien
 ce_k8s/ (the emulator in ce_k8s/sim/ excepted: it is the server, not a client) is mapped to an
 RBAC (group, resource, verb, scope) by the client's naming rules, and compared with the rules the
 manifests bind to the ce-k8s-agent ServiceAccount. The naming rules are themselves checked against
-the client's own request paths. Reference: peer-systems.md §18 item 7 (safety, least privilege).
+the client's own request paths. Reference: docs/security.md (least privilege).
 """
 
 from __future__ import annotations
