@@ -26,7 +26,7 @@ def _pods_of(bed: TestBed) -> list[dict]:
 
 
 def test_f1_pod_vanishing_during_agent_restart_gets_a_new_attempt(soak):
-    """DESIGN decision 5 ("exactly one pod per attempt") and docs/holds.md ("pod vanished while
+    """docs/design.md Decision 5 ("exactly one pod per attempt") and docs/holds.md ("pod vanished while
     ce-k8s was not watching" → next attempt). Sequence: the first update asks for the pod; the
     agent creates it; the agent is SIGKILLed before a second update can report `K8sPodUid`; the pod
     is evicted and gone; a fresh agent starts. The next pod must be attempt 1, not attempt 0 again."""
@@ -85,7 +85,7 @@ def test_f2_missing_secret_after_restart_is_made_and_the_pilot_runs():
 
 
 def test_f3_create_rerun_after_eviction_does_not_recreate_the_old_attempt(soak):
-    """DESIGN decision 5: one pod per attempt, and never two live pods of one job. Sequence: the
+    """docs/design.md Decision 5: one pod per attempt, and never two live pods of one job. Sequence: the
     first pod create is applied but its answer is lost (the agent will re-run the create to adopt
     the pod and ensure its Secret); the API is slow (1.5 s per request); while that second create
     request waits in the server, the pod is evicted. The agent must not bring attempt 0 back."""

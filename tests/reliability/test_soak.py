@@ -1,7 +1,7 @@
 """Issue 9, "Load and faults": the soak's detectors, and a CI-sized soak that must keep every invariant.
 
 The invariants (docs/reliability.md): every pilot ends completed or held with a documented code
-(docs/holds.md), no pilot is lost, no (job, attempt) gets a second pod (DESIGN decision 5, "exactly
+(docs/holds.md), no pilot is lost, no (job, attempt) gets a second pod (docs/design.md Decision 5, "exactly
 one pod per attempt"), no pod or Secret is left behind, and the agent's memory stays bounded.
 The detectors are tested first, against the real API emulator, so that the soak's zeros mean
 something: each one is shown to count what it claims to count.
@@ -25,7 +25,7 @@ def _pod(name: str, gjid: str, attempt: int, managed: bool = True) -> dict:
 
 
 def test_ledger_counts_a_second_pod_for_the_same_attempt(soak):
-    """DESIGN decision 5: one pod per (job, attempt). Two pods of one attempt under different names
+    """docs/design.md Decision 5: one pod per (job, attempt). Two pods of one attempt under different names
     are a duplicate; a pod of the next attempt is not; pods without ce-k8s's label are not ours."""
     ledger = soak.AttemptLedger()
     with ApiServer.running(kubelet=False) as srv:
@@ -102,7 +102,7 @@ def test_ci_soak_keeps_every_invariant_under_faults(soak):
     SIGKILLs, API evictions and node losses. Every pilot completes or is held with a docs/holds.md
     code; none is lost; nothing is left; the agent's RSS stays bounded; no two pods of one attempt
     ever exist at once, and no attempt ever gets a second pod, not even after its first one
-    vanished unseen while the agent was down (DESIGN decision 5; findings F1-F3 of
+    vanished unseen while the agent was down (docs/design.md Decision 5; findings F1-F3 of
     docs/reliability.md, closed by the Events check and the post journal)."""
     cfg = soak.SoakConfig(
         pilots=60, seed=11, burst=20, max_in_flight=60,
