@@ -32,7 +32,7 @@ def _wait(bed: TestBed, predicate, timeout: float = 40.0, poll: float = 0.3) -> 
 
 
 def test_pilot_completes_with_exit_code_and_returned_output():
-    """§2.3/§2.4: completion mirrored to the source job with ExitCode; finalize fills Out/Err."""
+    """hook-protocol.md §2.3/§2.4: completion mirrored to the source job with ExitCode; finalize fills Out/Err."""
     with TestBed(**FAST) as bed:
         pilots = [make_pilot(0, "cpu8", run_s=5), make_pilot(1, "cpu1", run_s=5, exit_code=3)]
         bed.submit(pilots)
@@ -49,7 +49,7 @@ def test_pilot_completes_with_exit_code_and_returned_output():
 
 
 def test_factory_condor_rm_deletes_pod_and_secret():
-    """§3.1: source removed -> routed job removed -> cleanup hook deletes the pod and Secret."""
+    """hook-protocol.md §3.1: source removed -> routed job removed -> cleanup hook deletes the pod and Secret."""
     with TestBed(**FAST) as bed:
         (job,) = bed.submit([make_pilot(0, "cpu8", run_s=10_000)])
         assert _wait(bed, lambda: bed.schedd.get(job).eval("JobStatus") == 2), "pilot never ran"
