@@ -57,6 +57,6 @@ def test_quick_run_reports_every_figure_as_a_number():
     limit = figures["cores"] / (figures["hook_spawns_per_pilot"] * figures["python_bare_cpu_s"])
     assert math.isclose(figures["pipeline_efficiency"], figures["pipeline_pilots_per_s"] / limit, rel_tol=0.05,
                         abs_tol=0.002)
-    # Every pilot needs at least translate + one update + finalize + cleanup (jobrouter-protocol.md §2.1).
+    # Every pilot needs at least translate + one update + finalize + cleanup (docs/hook-protocol.md §2.1).
     assert figures["hook_spawns_per_pilot"] >= 4
     assert "[bench" in stderr, "progress lines go to stderr"
