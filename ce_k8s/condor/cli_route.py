@@ -101,7 +101,7 @@ def load_config(path: str | None, *, no_commands: bool = False,
     from ce_k8s.condor.config import CondorConfig
     from ce_k8s.condor.oldsyntax import gated_config
 
-    cfg = CondorConfig.load(path, run_commands=not no_commands, version=htcondor_version)
+    cfg = CondorConfig.load(path, run_commands=not no_commands, version=htcondor_version, detected_specials=True)
     notes: list[str] = []
     gated, found, converted = gated_config(cfg)
     gated.diagnostics.extend(d for d in found if d not in gated.diagnostics)

@@ -93,6 +93,9 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_./]+")
 _NUMBER_RE = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _IF_RE = re.compile(r"(if|elif|else|endif)(?:[ \t\n\v\f\r]+|$)", re.IGNORECASE)
 _LIST_SPLIT = re.compile(r"[\s,]+")
+#: knobs HTCondor sets itself after reading the configuration (condor_config.cpp reinsert_specials)
+_SPECIAL_KNOBS = ("TILDE", "HOSTNAME", "FULL_HOSTNAME", "SUBSYSTEM", "LOCALNAME", "USERNAME", "REAL_UID", "REAL_GID",
+                  "PID", "PPID", "IP_ADDRESS", "IP_ADDRESS_IS_IPV6")
 _PLUS_SEPARATORS = ",;|&*"  # config.cpp CONFIG_PLUS_SEP_CHARSET: allowed between '+' and '=' of '+='
 _META_ARG = re.compile(r"\$\((\d+)([?#+]?)(?::([^)]*))?\)")
 
@@ -506,7 +509,7 @@ class CondorConfig:
     @classmethod
     def load(
         cls, path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
-        run_commands: bool = False, version: Version | None = None,
+        run_commands: bool = False, version: Version | None = None, detected_specials: bool = False,
     ) -> CondorConfig:
         """Read a condor_config file (then its LOCAL_CONFIG_DIR/LOCAL_CONFIG_FILE), or a directory
         of config files, or (``None``) the shipped default: config.d/ then routes/.
@@ -514,6 +517,9 @@ class CondorConfig:
         ``_CONDOR_<KNOB>`` environment variables override files, as in HTCondor. ``run_commands``
         reads with HTCondor's own reader as well (it runs the configuration's commands; see the
         module docstring); ``version`` is the HTCondor version modelled (default: the installed one).
+        ``detected_specials`` drops what the configuration says about HOSTNAME, FULL_HOSTNAME and the
+        other knobs HTCondor sets itself (``_reinsert_specials``), as the router sees them; it is
+        implied by ``run_commands`` (HTCondor's own table has them as detected values).
         """
         cfg = cls(environ, version=version)
         root: str | None = None
@@ -545,6 +551,8 @@ class CondorConfig:
                 cfg._read_dir(d, None)
             cfg._read_locals()
             cfg._apply_environment()
+            if detected_specials:
+                cfg._reinsert_specials()
         except ConfigError as exc:
             if pending is None:
                 raise
@@ -564,12 +572,27 @@ class CondorConfig:
         cfg._note_commands()
         return cfg
 
+    def _reinsert_specials(self, only: str | None = None) -> None:
+        """condor_config.cpp ``reinsert_specials``: once every file and ``_CONDOR_`` variable is read,
+        HTCondor sets HOSTNAME, FULL_HOSTNAME, SUBSYSTEM, LOCALNAME, USERNAME, ... itself, replacing
+        whatever the configuration said (it only counted for definition-time uses: ``if``, self
+        references, include paths)."""
+        for name in _SPECIAL_KNOBS if only is None else (only.upper(),):
+            entry = self._table.pop(name.lower(), None)
+            if entry is not None:
+                self._diag(Severity.NOTE, entry.origin, f"{name} is set by HTCondor itself after reading the "
+                           "configuration (reinsert_specials), so this setting is replaced by the detected value")
+
     def _adopt(self, result: htconfig.HTReadResult) -> None:
         """Take every value from HTCondor's reader, keeping our origin and line map where we agree."""
         from ce_k8s.condor import htconfig
 
         if result.error is not None:
             where = Origin(self.sources[0] if self.sources else "<config>", 0)
+            for line, command in self.commands:  # HTCondor names a failing command by its source text
+                if command.rstrip(" |") in result.error:
+                    where = line
+                    break
             self._diag(Severity.ERROR, where, "HTCondor's configuration reader refuses this configuration, so the "
                        f"job router would not start: {result.error}")
             return
@@ -587,6 +610,8 @@ class CondorConfig:
         for knob in result.knobs:
             if knob.source == htconfig.DETECTED_SOURCE:
                 self._builtin_cache[knob.name.upper()] = knob.value
+                if knob.name.upper() in _SPECIAL_KNOBS:
+                    self._reinsert_specials(only=knob.name)
                 continue
             if result.synthetic_root is not None and knob.source == result.synthetic_root:
                 continue  # the LOCAL_CONFIG_DIR line written to read a directory input
@@ -768,6 +793,11 @@ class CondorConfig:
             line = ln
         return line
 
+    def raw_items(self) -> dict[str, str]:
+        """Every knob a config source set, lower-case name -> raw value, as stored (no ``SUBSYS.``
+        resolution): what HTCondor's own table holds, for comparisons."""
+        return {key: entry.value for key, entry in self._table.items()}
+
     def names(self) -> list[str]:
         """Every knob set by a config source (not built-in defaults), first spelling, in order."""
         return [e.name for e in self._table.values()]
@@ -778,7 +808,13 @@ class CondorConfig:
     # ---- internals: lookups and expansion ----------------------------------------------------
 
     def _builtin(self, name: str) -> str | None:
+        """A value HTCondor provides without any file: detected by HTCondor's reader when it ran
+        (hostnames, OS, ``SUBSYSTEM`` ...), else our own short list."""
         key = name.upper()
+        if key in self._builtin_cache:
+            return self._builtin_cache[key]
+        if key in ("SUBSYSTEM", "LOCALNAME") and self.subsystem:
+            return self.subsystem
         factory = _BUILTIN_DEFAULTS.get(key)
         if factory is None:
             return None
@@ -888,21 +924,37 @@ class CondorConfig:
 
     def _expand_self(self, text: str, name: str, where: Origin) -> str:
         """Definition-time expansion of ``$(NAME)``/``$(NAME:default)`` to the previous value."""
-        key = name.lower()
+        selves = {name.lower()}
+        if self.subsystem and name.lower().startswith(self.subsystem.lower() + ".") and len(name) > len(
+                self.subsystem) + 1:
+            selves.add(name[len(self.subsystem) + 1 :].lower())  # SUBSYS.X = $(X): $(X) is a self reference too
         s = text
         pos = 0
         count = 0
         while True:
-            m = _next_macro(s, pos, lambda mm: not (mm.func == "" and mm.name.lower() == key))
+            m = _next_macro(s, pos, lambda mm: not (mm.func == "" and mm.name.lower() in selves))
             if m is None:
                 return s
             count += 1
             if count > _MAX_SUBSTITUTIONS:
                 raise ConfigError(where.file, where.line, f"self reference to {name} never ends")
-            previous = self.raw(name)
+            previous = self._previous(m.name)
             rep = previous if previous else (m.default or "")
             s = s[: m.start] + rep + s[m.end :]
             pos = m.start
+
+    def _previous(self, name: str) -> str | None:
+        """config.cpp ``lookup_macro`` at definition time (self references, ``+=``): the knob as the
+        modelled daemon sees it, else HTCondor's param-table default (from the installed wheel)."""
+        value = self.raw(name)
+        if value is not None:
+            return value
+        from ce_k8s.condor import htconfig
+
+        try:
+            return htconfig.param_default(name, self.subsystem)
+        except htconfig.MetaknobsUnavailable:
+            return None
 
     def _insert(self, name: str, value: str, origin: Origin, lines: tuple[tuple[int, str], ...] | None,
                 segments: Segments = ()) -> None:
@@ -1130,7 +1182,7 @@ class CondorConfig:
             if _NAME_RE.fullmatch(arg) and not _NUMBER_RE.fullmatch(arg):
                 if arg.lower() in ("true", "false"):
                     return True
-                value = self.raw(arg)
+                value = self._previous(arg)  # lookup_macro: param-table defaults count
                 if value is None and arg.lower() in ("yes", "no", "t", "f"):
                     return True
                 return bool(value)
@@ -1273,7 +1325,7 @@ class CondorConfig:
             return (name, rhs, origin)
         segments = _shift(segs, len(line) - len(rhs))
         if op == "+":
-            previous = self.raw(name)  # lookup_macro: the knob's value, else its default
+            previous = self._previous(name)  # lookup_macro: the knob's value, else its default
             if previous:
                 joint = f" {plus_sep} " if len(plus_sep) == 2 else (plus_sep or " ")
                 prefix = previous + joint

@@ -176,14 +176,15 @@ class MetaknobsUnavailable(Exception):
     """The installed wheel's libcondor_utils (HTCondor's metaknob table) cannot be loaded."""
 
 
-_meta_functions: tuple[object, object] | None = None
+_meta_functions: tuple[object, object, object] | None = None
 
 
-def _metaknob_functions() -> tuple[object, object]:
-    """``param_meta_table`` and ``param_meta_value`` (param_info.cpp) from the wheel's libcondor_utils.
+def _metaknob_functions() -> tuple[object, object, object]:
+    """``param_meta_table``, ``param_meta_value`` and ``param_default_string`` (param_info.cpp) from
+    the wheel's libcondor_utils.
 
-    Both take and return plain C types (a table is an opaque pointer), so ctypes calls them without
-    HTCondor's configuration being loaded: the metaknob table is compiled into the library.
+    They take and return plain C types (a table is an opaque pointer), so ctypes calls them without
+    HTCondor's configuration being loaded: the metaknob and default tables are compiled into the library.
     """
     global _meta_functions
     if _meta_functions is None:
@@ -200,24 +201,35 @@ def _metaknob_functions() -> tuple[object, object]:
             lib = ctypes.CDLL(found[0])
             table = lib._Z16param_meta_tablePKcPi
             value = lib._Z16param_meta_valuePKcS0_Pi
+            default = lib._Z20param_default_stringPKcS0_
         except (ImportError, OSError, AttributeError) as exc:
             raise MetaknobsUnavailable(str(exc)) from exc
         table.restype = ctypes.c_void_p
         table.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
         value.restype = ctypes.c_char_p
         value.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
-        _meta_functions = (table, value)
+        default.restype = ctypes.c_char_p
+        default.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        _meta_functions = (table, value, default)
     return _meta_functions
 
 
 def metaknob_category_exists(category: str) -> bool:
     """Whether HTCondor knows the metaknob category (``if defined use CATEGORY``)."""
-    table, _value = _metaknob_functions()
+    table, _value, _default = _metaknob_functions()
     return bool(table(category.encode("utf-8"), None))  # type: ignore[operator]
 
 
 def metaknob_text(category: str, name: str) -> str | None:
     """The raw text of ``use CATEGORY : NAME`` from HTCondor's table, or None when it has no such metaknob."""
-    _table, value = _metaknob_functions()
+    _table, value, _default = _metaknob_functions()
     text = value(category.encode("utf-8"), name.encode("utf-8"), None)  # type: ignore[operator]
+    return None if text is None else text.decode("utf-8", "surrogateescape")
+
+
+def param_default(name: str, subsystem: str | None = "JOB_ROUTER") -> str | None:
+    """HTCondor's built-in default for a knob (raw; the subsystem's own default first), or None: what
+    a self reference or ``+=`` finds when no configuration line set the knob yet (config.cpp ``lookup_macro``)."""
+    _table, _value, default = _metaknob_functions()
+    text = default(name.encode("utf-8"), subsystem.encode("utf-8") if subsystem else None)  # type: ignore[operator]
     return None if text is None else text.decode("utf-8", "surrogateescape")

@@ -1,0 +1,174 @@
+"""Configuration commands as HTCondor runs them, through HTCondor's own reader (ce_k8s.condor.htconfig).
+
+Sources: condor_config.cpp ``process_locals`` (a LOCAL_CONFIG_FILE value holding a '|' is one
+command) and ``process_config_source`` (a failing source is fatal); config.cpp ``Open_macro_source``
+(the '|' must be last, argv split by ``ArgList::AppendArgsV1RawOrV2Quoted``, ``my_popen`` runs it
+without a shell, in the caller's environment and working directory, PATH searched by execvp),
+``Close_macro_source`` (a LOCAL_CONFIG_FILE command's non-zero exit status is fatal) and
+``Parse_macros`` (an ``include command``'s status is not looked at: ``fclose``, not
+``Close_macro_source``). Each expectation below was observed with htcondor 25.14.1.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ce_k8s.condor import htconfig
+from ce_k8s.condor.config import CondorConfig, Origin
+from ce_k8s.condor.diagnostics import Severity
+
+ARGS_SCRIPT = """#!/bin/sh
+i=0
+for a in "$@"; do i=$((i+1)); echo "ARG$i = [$a]"; done
+echo "N = $#"
+echo "CWD = $(pwd)"
+echo "FROM_ENV = $CE_K8S_TEST_VALUE"
+"""
+
+
+def script(path: Path, text: str, executable: bool = True) -> Path:
+    path.write_text(text)
+    path.chmod(0o755 if executable else 0o644)
+    return path
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **extra}
+
+
+def load(root: Path, **kw) -> CondorConfig:
+    return CondorConfig.load(root, run_commands=True, **kw)
+
+
+def test_local_config_file_command_output_is_read_with_the_command_line_as_origin(tmp_path, monkeypatch):
+    """process_locals: `LOCAL_CONFIG_FILE = cmd args |` runs cmd (argv split V1-raw: quotes are text,
+    no shell: `;` and `$HOME` reach the program as written), in our working directory and environment."""
+    cmd = script(tmp_path / "args.sh", ARGS_SCRIPT)
+    root = tmp_path / "condor_config"
+    root.write_text(f'A = 1\nLOCAL_CONFIG_FILE = {cmd} x "y z" a;b $HOME |\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = load(root, environ=env(CE_K8S_TEST_VALUE="passed", HOME="/home/h"))
+    assert cfg.read_by_htcondor
+    assert [cfg.raw(f"ARG{i}") for i in range(1, 6)] == ["[x]", '["y]', '[z"]', "[a;b]", "[$HOME]"]
+    assert cfg.raw("N") == "5"
+    assert cfg.raw("CWD") == str(work)
+    assert cfg.raw("FROM_ENV") == "passed"
+    origin = cfg.origin("ARG1")
+    assert origin == Origin(str(root), 2)
+    assert origin.via == f'line 1 of the output of `{cmd} x "y z" a;b $HOME |`'
+    assert cfg.origin("A") == Origin(str(root), 1)
+    assert not [d for d in cfg.diagnostics if d.severity >= Severity.NOTE]
+
+
+def test_v2_quoted_command_groups_with_single_quotes(tmp_path):
+    """ArgList V2 syntax when the whole command is in double quotes: '' groups, "" is a quote."""
+    cmd = script(tmp_path / "args.sh", ARGS_SCRIPT)
+    root = tmp_path / "condor_config"
+    root.write_text(f"""LOCAL_CONFIG_FILE = "{cmd} a 'b c' d""q" |\n""")
+    cfg = load(root, environ=env())
+    assert [cfg.raw("ARG1"), cfg.raw("ARG2"), cfg.raw("ARG3"), cfg.raw("N")] == ["[a]", "[b c]", '[d"q]', "3"]
+
+
+def test_include_command_searches_path_and_ignores_the_exit_status(tmp_path):
+    """Parse_macros: `include command : cmd` is execvp'd (PATH searched); its exit status is not checked."""
+    script(tmp_path / "args.sh", ARGS_SCRIPT)
+    script(tmp_path / "fails.sh", "#!/bin/sh\necho 'PARTIAL = yes'\nexit 3\n")
+    root = tmp_path / "condor_config"
+    root.write_text("include command : args.sh one\ninclude command : fails.sh\nLAST = $(PARTIAL)\n")
+    cfg = load(root, environ=env(PATH=f"{tmp_path}:/usr/bin:/bin"))
+    assert cfg.raw("ARG1") == "[one]" and cfg.raw("N") == "1"
+    assert cfg.raw("PARTIAL") == "yes" and cfg.get("LAST") == "yes"
+    assert cfg.origin("PARTIAL") == Origin(str(root), 2)
+    assert not [d for d in cfg.diagnostics if d.severity == Severity.ERROR]
+
+
+def test_failing_local_config_file_command_is_htcondors_error(tmp_path):
+    """Close_macro_source: a LOCAL_CONFIG_FILE command exiting non-zero stops the daemon; the message
+    is HTCondor's own (the raw wait status, 3 << 8) and is placed at the line naming the command."""
+    cmd = script(tmp_path / "fails.sh", "#!/bin/sh\necho 'PARTIAL = yes'\nexit 3\n")
+    root = tmp_path / "condor_config"
+    root.write_text(f"A = 1\nLOCAL_CONFIG_FILE = {cmd} |\n")
+    cfg = load(root, environ=env())
+    errors = [d for d in cfg.diagnostics if d.severity == Severity.ERROR]
+    assert len(errors) == 1
+    assert (errors[0].file, errors[0].line) == (str(root), 2)
+    assert "would not start" in errors[0].message
+    assert f'Error "{cmd} |": command terminated with exit code 768' in errors[0].message
+    assert not cfg.read_by_htcondor and cfg.raw("A") == "1"
+
+
+def test_command_that_is_not_executable_is_htcondors_error(tmp_path):
+    """my_popen: execvp fails (EACCES) and Open_macro_source reports 'not a valid command'."""
+    cmd = script(tmp_path / "plain.sh", "X = 1\n", executable=False)
+    assert not os.stat(cmd).st_mode & stat.S_IXUSR
+    root = tmp_path / "condor_config"
+    root.write_text(f"include command : {cmd}\n")
+    cfg = load(root, environ=env())
+    errors = [d for d in cfg.diagnostics if d.severity == Severity.ERROR]
+    assert [(e.file, e.line) for e in errors] == [(str(root), 1)]
+    assert "not a valid command, errno=13 : Permission denied" in errors[0].message
+
+
+def test_include_ifexist_command_that_cannot_run_is_skipped(tmp_path):
+    """Parse_macros: with `ifexist` a source that cannot be opened is skipped silently."""
+    root = tmp_path / "condor_config"
+    root.write_text(f"include ifexist command : {tmp_path}/missing.sh\nY = 2\n")
+    cfg = load(root, environ=env())
+    assert cfg.raw("Y") == "2"
+    assert not [d for d in cfg.diagnostics if d.severity == Severity.ERROR]
+
+
+def test_no_commands_runs_nothing_and_notes_each_command(tmp_path):
+    """--no-commands: the same configuration read by ce-k8s alone; a NOTE per command, at its line."""
+    marker = tmp_path / "ran"
+    cmd = script(tmp_path / "touch.sh", f"#!/bin/sh\ntouch {marker}\necho 'FROM_CMD = 1'\n")
+    root = tmp_path / "condor_config"
+    root.write_text(f"A = 1\ninclude command : {cmd}\nLOCAL_CONFIG_FILE = {cmd} |\n")
+    cfg = CondorConfig.load(root, run_commands=False)
+    assert not marker.exists()
+    assert cfg.raw("FROM_CMD") is None and cfg.raw("A") == "1"
+    notes = [d for d in cfg.diagnostics if d.severity == Severity.NOTE]
+    assert [(d.file, d.line) for d in notes] == [(str(root), 2), (str(root), 3)]
+    assert f"`{cmd} |`" in notes[0].message and "--no-commands" in notes[0].message
+    # and with commands the same lines are run, once each
+    ran = load(root, environ=env())
+    assert marker.exists() and ran.raw("FROM_CMD") == "1"
+
+
+def test_reader_reports_knob_sources_and_metaknob_ids(tmp_path):
+    """hash_iter_meta/config_source_by_id: file and line per knob; a `use` line's knobs carry a meta id."""
+    root = tmp_path / "condor_config"
+    root.write_text("A = 1\nuse security : recommended\nB @=end\n  x\n  y\n@end\n")
+    result = htconfig.read(str(root), environ=env())
+    assert result.error is None
+    rows = {k.name: k for k in result.knobs if k.source == str(root)}
+    assert (rows["A"].line, rows["A"].meta_id) == (1, -1)
+    assert rows["SEC_DEFAULT_AUTHENTICATION"].line == 2 and rows["SEC_DEFAULT_AUTHENTICATION"].meta_id >= 0
+    assert rows["B"].value == "x\ny"
+
+
+def test_directory_input_reads_like_local_config_dir(tmp_path):
+    """A directory (--config DIR) is read as LOCAL_CONFIG_DIR; the synthetic root's own knob is dropped."""
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "10-a.conf").write_text("X = a\n")
+    (d / "20-b.conf").write_text("X += b\n")
+    cfg = CondorConfig.load(d, run_commands=True, environ=env())
+    assert cfg.read_by_htcondor and cfg.raw("X") == "a b"
+    assert cfg.raw("LOCAL_CONFIG_DIR") is None
+    assert cfg.origin("X") == Origin(str(d / "20-b.conf"), 1)
+
+
+def test_subsystem_is_the_job_router(tmp_path):
+    """The child sets the subsystem before reading: $(SUBSYSTEM) and JOB_ROUTER.X are the router's."""
+    root = tmp_path / "condor_config"
+    root.write_text("S = $(SUBSYSTEM)\nK = plain\nJOB_ROUTER.K = router\n")
+    cfg = load(root, environ=env())
+    assert cfg.get("S") == "JOB_ROUTER"
+    assert cfg.raw("K") == "router"  # lookup_macro: SUBSYS.NAME first
+    ours = CondorConfig.load(root)
+    assert ours.raw("K") == "router" and ours.get("S") == "JOB_ROUTER"
