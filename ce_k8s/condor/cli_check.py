@@ -1,4 +1,10 @@
-"""``ce-k8s routes check [--config PATH]``: report route configuration problems as file:line."""
+"""``ce-k8s routes check [--config PATH] [--strict]``: report route configuration findings as
+``file:line: severity: message``.
+
+Exit status (docs/routes.md, "ce-k8s routes check"): 1 when there is an error (something the real
+router refuses or mis-routes), or with ``--strict`` also a warning; 0 otherwise, notes and
+warnings included; 2 when the configuration cannot be read at all.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +21,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
 
+def summary_line(counts: dict[str, int]) -> str:
+    """``2 errors, 1 warning, 6 notes`` (every class named, so a script can read it)."""
+    words = []
+    for name in ("error", "warning", "note"):
+        n = counts.get(name, 0)
+        words.append(f"{n} {name}{'' if n == 1 else 's'}")
+    return ", ".join(words)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when no problem is found, 1 with one ``file:line: message`` per problem, 2 on bad input."""
     from ce_k8s.condor.check import check_config
     from ce_k8s.condor.config import ConfigError
+    from ce_k8s.condor.diagnostics import Severity, worst
     from ce_k8s.condor.routing import RouterConfig
 
     try:
@@ -31,14 +46,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for note in notes:
         print(f"ce-k8s routes check: note: {note}", file=sys.stderr)
-    problems = check_config(cfg)
-    if problems:
-        for problem in problems:
-            print(problem)
-        print(f"{len(problems)} problem(s) found", file=sys.stderr)
-        return 1
     router = RouterConfig.from_config(cfg)
+    strict = bool(getattr(args, "strict", False))
+    diagnostics = check_config(cfg, router)
+    for diag in diagnostics:
+        print(diag)
+    counts = {str(sev): sum(1 for d in diagnostics if d.severity == sev) for sev in Severity}
+    failed = worst(diagnostics, strict=strict) == Severity.ERROR
     names = " ".join(route.name for route in router.routes)
-    print(f"OK: {len(router.routes)} route(s) in order: {names}; "
-          f"{len(router.pre_transforms)} pre-route and {len(router.post_transforms)} post-route transform(s)")
-    return 0
+    verdict = "FAILED" if failed else "OK"
+    strict_note = " (--strict: warnings count as errors)" if strict and counts["warning"] else ""
+    print(f"{verdict}: {len(router.routes)} route(s) in order: {names or '(none)'}; "
+          f"{len(router.pre_transforms)} pre-route and {len(router.post_transforms)} post-route transform(s); "
+          f"{summary_line(counts)}{strict_note}")
+    return 1 if failed else 0

@@ -5,6 +5,13 @@ past the router, of ce-k8s itself: the translate hook's logic runs in-process, t
 and every transform, then the pod builder. What ``condor_job_router_info`` cannot show (it never
 calls hooks and knows nothing of pods, §5) is shown here, from the same config files a CE reads.
 
+Every finding has the router's severity (docs/routes.md, "Severity: errors, warnings, notes"): an
+error is something the real router would fail or refuse (a transform that fails, a translate hook
+that prints nothing, a pod the builder rejects, a configuration error); a warning is what HTCondor
+logs and carries on from (an ``EVALMACRO`` that does not evaluate); a note changes nothing. A job
+no route takes is a verdict, not a failure: the router leaves it idle. Exit status 1 means an error
+(with ``--strict`` also a warning), for a job or in the configuration.
+
 A job taken by a route that is not a Kubernetes one (its GridResource does not start with the
 words of `CE_K8S_GRID_RESOURCE`, docs/routes.md "CEs with other backends") is shown as the router
 routes it with the ce-k8s hooks installed: the translate hook hands the source ad back unchanged,
@@ -25,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import classad2
 
     from ce_k8s.condor.config import CondorConfig
-    from ce_k8s.condor.routing import Route, RouterConfig, RouteVerdict
+    from ce_k8s.condor.diagnostics import Diagnostic
+    from ce_k8s.condor.routing import Route, RoutedJob, RouterConfig, RouteVerdict
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +72,25 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the HTCondor version to model (if version ..., old-syntax routes); default: the "
                              "installed htcondor package's, " + ".".join(map(str, installed_version()))
                              + "; on a CE: --htcondor-version \"$(condor_ce_version)\"")
+    parser.add_argument("--strict", action="store_true",
+                        help="treat warnings as errors (exit 1 when a job or the configuration has any)")
 
 
 @dataclass
 class JobResult:
-    """Everything reported for one job."""
+    """Everything reported for one job.
+
+    ``failed`` is True when the real router would fail this job (and ``errors`` says why, one
+    string per ERROR diagnostic); a job no route takes is not failed. ``diagnostics`` holds every
+    finding with its severity, errors included.
+    """
 
     job: str
     route: str | None = None
     ad: classad2.ClassAd | None = None
     errors: list[str] = field(default_factory=list)
     failed: bool = False
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     candidate: list[RouteVerdict] = field(default_factory=list)
     verdicts: list[RouteVerdict] = field(default_factory=list)
     is_candidate: bool = True
@@ -169,6 +185,42 @@ def _decision_mismatch(route: Route, routed: classad2.ClassAd, kubernetes: bool,
             f'macro (`GridResource = "{knob}"` in the route) instead of SET/EVALSET GridResource')
 
 
+def _job_diag(severity, message: str, where=None) -> Diagnostic:
+    from ce_k8s.condor.diagnostics import Diagnostic
+
+    if where is None:
+        return Diagnostic("<job>", 0, severity, message)
+    return Diagnostic(where.file, where.line, severity, message)
+
+
+def _fail(result: JobResult, message: str, where=None) -> JobResult:
+    """Record an error: the real router would not route this job (or would hold it)."""
+    from ce_k8s.condor.diagnostics import Severity
+
+    result.errors.append(message)
+    result.diagnostics.append(_job_diag(Severity.ERROR, message, where))
+    result.failed = True
+    return result
+
+
+def routed_diagnostics(routed: RoutedJob) -> list[Diagnostic]:
+    """What the router logged while routing one job, with severities.
+
+    The router model may attach them itself (``RoutedJob.diagnostics``). Older models only have
+    ``errors`` strings: then only the message that made the router give up (the last one, when
+    ``failed``) is an error; the rest were logged and routing went on (xform_utils.cpp logs a bad
+    ``EVALMACRO`` and carries on), so they are warnings.
+    """
+    from ce_k8s.condor.diagnostics import Diagnostic, Severity
+
+    found = getattr(routed, "diagnostics", None)
+    if found is not None:
+        return list(found)
+    texts = list(routed.errors)
+    return [Diagnostic.from_text(text, Severity.ERROR if routed.failed and i == len(texts) - 1 else Severity.WARNING)
+            for i, text in enumerate(texts)]
+
+
 def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, translate, pod_tools,
               settings, force_route: Route | None = None) -> JobResult:
     """Route one job exactly as far as the router (and then ce-k8s) would take it.
@@ -178,6 +230,7 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
     and no pod: ``result.kubernetes`` is False and a note says why.
     """
     from ce_k8s.condor import wire
+    from ce_k8s.condor.diagnostics import Severity
     from ce_k8s.condor.routing import job_id, submit_edits
 
     result = JobResult(job_id(job))
@@ -186,19 +239,19 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
         result.verdicts = router.explain(job)
         if not result.is_candidate:
             result.candidate = router.candidate_verdicts(job)
-            result.failed = True
-            return result
+            return result                  # the router leaves it alone: a verdict, not a failure
     route = force_route or router.choose_route(job)
     if route is None:
-        result.failed = True
         return result
     result.route = route.name
     result.kubernetes, knob = _route_is_kubernetes(route, settings)
     if not result.kubernetes:
         why = (f'its GridResource "{route.grid_resource}" does not start with' if route.grid_resource
                else "it sets no GridResource, so it cannot match")
-        result.notes.append(f'route {route.name} is not a Kubernetes route ({why} CE_K8S_GRID_RESOURCE "{knob}"): '
-                            "the ce-k8s hooks pass this job through unchanged and no pod is built")
+        note = (f'route {route.name} is not a Kubernetes route ({why} CE_K8S_GRID_RESOURCE "{knob}"): '
+                "the ce-k8s hooks pass this job through unchanged and no pod is built")
+        result.notes.append(note)
+        result.diagnostics.append(_job_diag(Severity.NOTE, note))
     translated = None
     if translate is not None:
         try:
@@ -206,28 +259,26 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
             # the translate hook writes another backend's source ad back as it arrived
             output = translate(route.route_info_line(), text) if result.kubernetes else text
             if not output.strip():
-                result.errors.append("the translate hook printed nothing (the router would ask again next poll)")
-                result.failed = True
-                return result
+                return _fail(result, "the translate hook printed nothing (the router would ask again next poll)")
             translated = wire.parse_hook_output(output, "<translate hook output>")
         except ValueError as exc:
-            result.errors.append(f"translate hook: {exc}")
-            result.failed = True
-            return result
+            return _fail(result, f"translate hook: {exc}")
     else:
-        result.notes.append("ce_k8s.hooks.translate is not available: routed without the translate hook")
+        note = "ce_k8s.hooks.translate is not available: routed without the translate hook"
+        result.notes.append(note)
+        result.diagnostics.append(_job_diag(Severity.NOTE, note))
     routed = router.route_job(job, route, translated)
-    result.errors += routed.errors
-    result.failed = routed.failed
+    found = routed_diagnostics(routed)
+    result.diagnostics += found
+    result.errors += [_plain(d) for d in found if d.severity == Severity.ERROR]
+    result.failed = routed.failed or any(d.severity == Severity.ERROR for d in found)
     result.ad = routed.ad
-    if routed.failed:
+    if result.failed:
         return result
     submit_edits(routed.ad)
     mismatch = _decision_mismatch(route, routed.ad, result.kubernetes, knob)
     if mismatch:
-        result.errors.append(mismatch)
-        result.failed = True
-        return result
+        return _fail(result, mismatch, route.origin)
     if result.kubernetes and pod_tools is not None and settings is not None:
         build, redact, _settings_cls, jobad_cls, pod_error = pod_tools
         try:
@@ -236,9 +287,18 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
             result.secret = redact(built.secret)
         except pod_error as exc:
             result.pod_error = (exc.code, exc.message)
-            result.errors.append(f"pod builder: {exc.code}: {exc.message}")
-            result.failed = True
+            _fail(result, f"pod builder: {exc.code}: {exc.message}", route.origin)
     return result
+
+
+def _plain(diag: Diagnostic) -> str:
+    """``file:line: message`` (the message alone when the finding has no place)."""
+    return f"{diag.file}:{diag.line}: {diag.message}" if diag.line else diag.message
+
+
+def _shown(diag: Diagnostic) -> str:
+    """``severity: file:line: message`` for the indented per-job lines of the text output."""
+    return f"{diag.severity}: {_plain(diag)}"
 
 
 def _verdict_word(result: bool | None) -> str:
@@ -264,14 +324,12 @@ def _print_text(results: list[JobResult], router: RouterConfig, out) -> None:
                 print(f"  route {verdict.route}: {_verdict_word(verdict.result)} - {verdict.reason}", file=out)
             if not res.verdicts:
                 print("  no route is enabled (see 'ce-k8s routes check')", file=out)
-            for error in res.errors:
-                print(f"  error: {error}", file=out)
+            for diag in res.diagnostics:
+                print(f"  {_shown(diag)}", file=out)
             continue
         print(f"Job {res.job}: route {res.route}", file=out)
-        for note in res.notes:
-            print(f"  note: {note}", file=out)
-        for error in res.errors:
-            print(f"  error: {error}", file=out)
+        for diag in res.diagnostics:
+            print(f"  {_shown(diag)}", file=out)
         if res.ad is None:
             continue
         print("  summary:", file=out)
@@ -318,12 +376,16 @@ def _json_result(res: JobResult) -> dict[str, object]:
         obj["kubernetes"] = res.kubernetes
     if res.notes:
         obj["notes"] = list(res.notes)
+    obj["diagnostics"] = [{"file": d.file, "line": d.line, "severity": str(d.severity), "message": d.message}
+                          for d in res.diagnostics]
     return obj
 
 
 def run(args: argparse.Namespace) -> int:
     from ce_k8s.condor import wire
+    from ce_k8s.condor.check import load_diagnostics
     from ce_k8s.condor.config import ConfigError
+    from ce_k8s.condor.diagnostics import Severity, worst
     from ce_k8s.condor.routing import RouterConfig
 
     try:
@@ -352,11 +414,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for note in notes:
         print(f"ce-k8s route: note: {note}", file=sys.stderr)
-    for finding in getattr(cfg, "diagnostics", []):
-        print(f"ce-k8s route: {finding}", file=sys.stderr)
     router = RouterConfig.from_config(cfg)
-    for problem in router.errors:
-        print(f"ce-k8s route: config error: {problem}", file=sys.stderr)
+    config_findings = load_diagnostics(cfg, router)
+    for diag in config_findings:
+        print(f"ce-k8s route: {diag}", file=sys.stderr)
     translate = _translator()
     pod_tools = _pod_tools()
     settings = None
@@ -371,4 +432,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_text(results, router, sys.stdout)
-    return 1 if any(r.failed for r in results) else 0
+    strict = bool(getattr(args, "strict", False))
+    findings = config_findings + [d for r in results for d in r.diagnostics]
+    failed = any(r.failed for r in results) or worst(findings, strict=strict) == Severity.ERROR
+    return 1 if failed else 0

@@ -42,8 +42,9 @@ def test_routed_ad_is_sorted_in_sprint_ad_form(capsys):
     assert names == sorted(names) and "RequestCpus" in names
 
 
-def test_no_route_explains_each_check_and_exits_1(capsys):
-    assert main(["route", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 1
+def test_no_route_explains_each_check_and_exits_0(capsys):
+    """No route is the router's own verdict (the job stays idle), not a routing failure: exit 0."""
+    assert main(["route", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Job 1234572.0: no route\n")
     assert "not a candidate for routing" in out and "target.JobStatus == 1 → false" in out
@@ -62,10 +63,11 @@ def test_json_output_for_several_jobs(capsys):
     assert all(v.startswith("<redacted") for v in first["secret"]["data"].values())
 
 
-def test_json_no_route_has_null_route_and_exit_1(capsys):
-    assert main(["route", "--json", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 1
+def test_json_no_route_has_null_route_and_exit_0(capsys):
+    assert main(["route", "--json", "--jobads", str(EXAMPLES / "pilot-noroute.ad")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data[0]["route"] is None and data[0]["routed_ad"] == {}
+    assert data[0]["errors"] == [] and data[0]["diagnostics"] == []
     assert any(item["check"] == "built-in" for item in data[0]["explain"])
 
 
@@ -77,6 +79,10 @@ def test_pod_build_error_is_reported_and_exits_1(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data[0]["route"] == "R" and data[0]["pod_error"]["code"]
     assert any(e.startswith("pod builder: ") for e in data[0]["errors"])
+    assert [(d["severity"], d["message"]) for d in data[0]["diagnostics"]] == [
+        ("error", e) for e in data[0]["errors"]]
+    pod_diag = data[0]["diagnostics"][0]
+    assert pod_diag["file"] == str(conf) and pod_diag["line"] == 2       # the route's definition
 
 
 def test_stdin_and_bad_input_exit_2(monkeypatch, capsys):
@@ -183,3 +189,78 @@ def test_grid_resource_set_in_the_route_body_is_reported(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)[0]
     assert data["kubernetes"] is True and "pod" not in data
     assert any("update, finalize and cleanup hooks would ignore" in e for e in data["errors"]), data["errors"]
+
+
+# -- severities (docs/routes.md, "Severity: errors, warnings, notes") ------------------------------
+
+EVALMACRO_CONF = """JOB_ROUTER_SOURCE_JOB_CONSTRAINT = true
+CE_K8S_IMAGE = img:1
+JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Probe
+JOB_ROUTER_TRANSFORM_Probe @=jrt
+    EVALMACRO probe $(MY.WantWholeNode:False) && $(NoSuchMacro)==5
+    SET Probed true
+@jrt
+JOB_ROUTER_ROUTE_K8s @=jrt
+  UNIVERSE grid
+  GridResource = "batch k8s"
+@jrt
+JOB_ROUTER_ROUTE_NAMES = K8s
+"""
+
+
+def test_evalmacro_that_does_not_evaluate_is_a_warning_and_the_job_is_routed(tmp_path, capsys):
+    """HTCondor logs the EVALMACRO failure and goes on with the transform (the CE's own WholeNode
+    transform does this for every grid pilot): a warning, exit 0; 1 with --strict."""
+    conf = tmp_path / "evalmacro.conf"
+    conf.write_text(EVALMACRO_CONF)
+    args = ["route", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)[0]
+    assert data["route"] == "K8s" and data["errors"] == [] and data["pod"]["kind"] == "Pod"
+    assert data["routed_ad"]["Probed"] is True                     # the rest of the transform ran
+    warnings = [d for d in data["diagnostics"] if d["severity"] == "warning"]
+    assert len(warnings) == 1 and "EVALMACRO" in warnings[0]["message"]
+    assert warnings[0]["file"] == str(conf) and warnings[0]["line"] == 5
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"  warning: {conf}:5: ") and "EVALMACRO" in line for line in out), out
+    assert not any(line.startswith("  error:") for line in out)
+    assert main([*args, "--strict"]) == 1
+    capsys.readouterr()
+
+
+def test_configuration_error_exits_1_and_is_printed_with_its_severity(tmp_path, capsys):
+    """A route the router refuses to load (unknown keyword): every job still gets its verdict from
+    the routes that load, and the exit status says the configuration has an error."""
+    conf = tmp_path / "broken.conf"
+    conf.write_text(EVALMACRO_CONF.replace("NAMES = K8s", "NAMES = K8s Bad") + (
+        "JOB_ROUTER_ROUTE_Bad @=jrt\n  SETT X 1\n  GridResource = \"batch k8s\"\n@jrt\n"))
+    assert main(["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["route"] == "K8s"
+    assert any(line.startswith(f"ce-k8s route: {conf}:") and ": error: " in line and "SETT" in line
+               for line in captured.err.splitlines()), captured.err
+
+
+def test_notes_alone_exit_0_even_with_strict(tmp_path, capsys):
+    conf = tmp_path / "mixed.conf"
+    conf.write_text(MIXED)
+    assert main(["route", "--strict", "--json", "--config", str(conf), "--jobads",
+                 str(EXAMPLES / "pilot-cpu8.ad")]) == 0
+    data = json.loads(capsys.readouterr().out)[0]
+    assert [d["severity"] for d in data["diagnostics"]] == ["note"] and data["errors"] == []
+
+
+def test_fallback_for_a_router_model_without_diagnostics():
+    """Only the message that made the router give up is an error; what it logged before, warnings."""
+    from ce_k8s.condor.cli_route import routed_diagnostics
+
+    class Old:
+        def __init__(self, errors, failed):
+            self.errors, self.failed, self.ad = errors, failed, None
+
+    logged = "a.conf:3: WholeNode: EVALMACRO x could not evaluate"
+    fatal = "job 1.0: failure in route R: broken"
+    assert [d.severity.name for d in routed_diagnostics(Old([logged], False))] == ["WARNING"]
+    assert [d.severity.name for d in routed_diagnostics(Old([logged, fatal], True))] == ["WARNING", "ERROR"]
+    assert routed_diagnostics(Old([logged], False))[0].file == "a.conf"
