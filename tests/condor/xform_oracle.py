@@ -93,6 +93,7 @@ class OracleResult:
     routing_enabled: bool = True
     notes: list[str] = field(default_factory=list)
     log: str = ""
+    config_error_line: int | None = None
 
     def ad(self):
         """The routed ad as a classad2.ClassAd (None when the router gave up)."""
@@ -189,7 +190,7 @@ def _root_config(config: str | os.PathLike[str] | list, workdir: Path) -> Path:
 
 
 def run_oracle(config, job_text: str, *, route: str | None = None, dest_text: str | None = None,
-               bodies: dict | None = None, timeout: float = 120) -> OracleResult:
+               bodies: dict | None = None, vanilla_to_grid: bool = False, timeout: float = 120) -> OracleResult:
     """Route ``job_text`` (ClassAd long form, new syntax or JSON) through HTCondor's transform code.
 
     ``config``: a condor_config file, a directory of config files, or a list of directories.
@@ -198,12 +199,18 @@ def run_oracle(config, job_text: str, *, route: str | None = None, dest_text: st
     ``dest_ad`` after hooks and VanillaToGrid); default: the job itself. ``bodies``: instead of
     reading them from the configuration, ``{"pre": [[name, body]...], "route": [name, body],
     "post": [...]}`` (the configuration is still loaded, for the macros transforms can see).
+    ``vanilla_to_grid``: before the transforms, apply ce-k8s's own ``vanilla_to_grid`` (VanillaToGrid
+    is not in libcondor_utils) to the ad, with the chosen route's universe and GridResource *as
+    HTCondor's ParseNext read them*, unless the route's EditJobInPlace is true for the job: the same
+    pre-step ``RouterConfig.route_job`` applies, so the two pipelines differ only where the
+    transforms, or the reading of the route, differ.
     """
     shim = shim_path()
     with tempfile.TemporaryDirectory(prefix="xform-oracle-") as tmp:
         work = Path(tmp)
         root = _root_config(config, work)
-        request = {"shim": str(shim), "job": job_text, "route": route, "dest": dest_text, "bodies": bodies}
+        request = {"shim": str(shim), "job": job_text, "route": route, "dest": dest_text, "bodies": bodies,
+                   "vanilla_to_grid": vanilla_to_grid}
         (work / "request.json").write_text(json.dumps(request))
         env = dict(os.environ, CONDOR_CONFIG=str(root))
         env.pop("_CONDOR_SUBSYSTEM", None)
@@ -213,12 +220,112 @@ def run_oracle(config, job_text: str, *, route: str | None = None, dest_text: st
         output = (done.stdout + done.stderr).strip()
         result_file = work / "result.json"
         if not result_file.is_file():
+            # config.cpp reports "Configuration Error Line N while reading ..." and exits
+            found = re.search(r"Configuration Error Line (\d+)", output)
             return OracleResult(failed=True, routing_enabled=False, log=output,
+                                config_error_line=int(found.group(1)) if found else None,
                                 errors=[f"HTCondor's code ended the oracle process (exit {done.returncode}): "
                                         f"{output or 'no output'}"])
         data = json.loads(result_file.read_text())
     routes = [RouteInfo(**r) for r in data.pop("routes")]
     return OracleResult(routes=routes, log=output, **data)
+
+
+# ---- comparing with ce-k8s (parent side; imports ce_k8s lazily) ----------------------------------
+
+# JobRouter::FinishSubmitJob writes these after ApplyRoutingJobEdits; they are not transform output.
+ROUTER_STAMPS = ("RoutedFromJobId", "RoutedBy", "RouteName", "RoutedToJobId")
+
+
+def ad_differences(ours, theirs, ignore: tuple[str, ...] = ROUTER_STAMPS) -> list[str]:
+    """Attribute-by-attribute differences between two classad2 ads (expressions compared unparsed,
+    attribute names compared with their case), as readable lines; [] when they agree."""
+    skip = {name.lower() for name in ignore}
+    mine = {k.lower(): k for k in ours.keys() if k.lower() not in skip}
+    other = {k.lower(): k for k in theirs.keys() if k.lower() not in skip}
+    diffs = []
+    for key in sorted(set(mine) | set(other)):
+        if key not in other:
+            diffs.append(f"{mine[key]}: ce-k8s has {ours.lookup(mine[key])}, HTCondor has no such attribute")
+        elif key not in mine:
+            diffs.append(f"{other[key]}: HTCondor has {theirs.lookup(other[key])}, ce-k8s has no such attribute")
+        else:
+            a, b = str(ours.lookup(mine[key])), str(theirs.lookup(other[key]))
+            if a != b:
+                diffs.append(f"{other[key]}: ce-k8s {a}  vs  HTCondor {b}")
+            elif mine[key] != other[key]:
+                diffs.append(f"{other[key]}: attribute name spelled {mine[key]} by ce-k8s")
+    return diffs
+
+
+def ce_k8s_route_json(config, job_file: Path) -> tuple[int, list[dict]]:
+    """``ce-k8s route --json [--config CONFIG] --jobads FILE``, in this process: (exit code, results).
+    ``config`` None: the embedded default configuration."""
+    import contextlib
+    import io
+
+    from ce_k8s.cli import main as ce_k8s_main
+
+    out = io.StringIO()
+    err = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = ce_k8s_main(["route", "--json", *(["--config", str(config)] if config is not None else []),
+                          "--jobads", str(job_file)])
+    text = out.getvalue()
+    return int(rc or 0), (json.loads(text) if text.strip() else [])
+
+
+def json_ad(obj: dict):
+    """A routed_ad object of ``ce-k8s route --json`` as a classad2.ClassAd."""
+    import classad2
+
+    # classad2 reads expressions only in the escaped "\/Expr(...)\/" spelling; "\/" is "/" in JSON.
+    return classad2.parseOne(json.dumps(obj).replace("/", "\\/"), classad2.ParserType.JSON)
+
+
+def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None) -> tuple[OracleResult, object | None]:
+    """HTCondor's transforms with exactly the steps around them that ``ce-k8s route`` applies.
+
+    1. the oracle chooses the route (routes' REQUIREMENTS, JOB_ROUTER_ROUTE_NAMES order);
+    2. the translate hook's output for that route (ce-k8s's own hook, from the route description
+       ce-k8s computes: a shared pre-step, since hooks are not in libcondor_utils), or the source
+       ad unchanged for another backend's route, as ``cli_route.route_one`` does;
+    3. VanillaToGrid (ce-k8s's, with HTCondor's reading of the route), then HTCondor's pre-route,
+       route and post-route transforms;
+    4. ``submit_edits`` (ce-k8s's), the schedd's changes on submission.
+    ``config`` is what the oracle reads (file, directory or list of directories), ``ce_config``
+    the same configuration as ``CondorConfig.load`` takes it (None: the embedded default).
+    Returns the oracle result of step 3 and the final ad (None when not routed).
+    """
+    from ce_k8s.condor import wire
+    from ce_k8s.condor.config import CondorConfig
+    from ce_k8s.condor.routing import RouterConfig, submit_edits
+    from ce_k8s.hooks.translate import is_kubernetes_route, translate_ad_text
+    from ce_k8s.protocol import DEFAULT_GRID_RESOURCE
+
+    first = run_oracle(config, job_text)
+    if first.route is None:
+        return first, None
+    cfg = CondorConfig.load(ce_config)
+    router = RouterConfig.from_config(cfg)
+    route = next((r for r in router.routes if r.name.lower() == first.route.lower()), None)
+    dest_text = job_text
+    if route is not None:
+        try:
+            from ce_k8s.settings import Settings
+
+            knob = Settings.from_config(cfg).grid_resource or DEFAULT_GRID_RESOURCE
+        except Exception:  # invalid CE_K8S_* settings: the CLI falls back the same way
+            knob = DEFAULT_GRID_RESOURCE
+        line = route.route_info_line()
+        if is_kubernetes_route(line, knob):
+            job = wire.parse_old_ads(_long_form(job_text), "<job>")[0]
+            dest_text = translate_ad_text(line, wire.sprint_ad(job))
+    second = run_oracle(config, job_text, route=first.route, dest_text=dest_text, vanilla_to_grid=True)
+    ad = second.ad()
+    if ad is not None:
+        submit_edits(ad)
+    return second, ad
 
 
 # ---- child side: HTCondor's code in this process -----------------------------------------------
@@ -438,6 +545,32 @@ def _apply(shim: _Shim, result: dict, ad: int, route_name: str, route_xfm: int,
     return all(step("post-route", tag, xfm, True) for tag, xfm in post)
 
 
+def _job_bool(expr_text: str | None, job) -> bool:
+    """A route macro such as EditJobInPlace, evaluated against the job (absent: false)."""
+    import classad2
+
+    if not expr_text:
+        return False
+    try:
+        value = classad2.ExprTree(expr_text).eval(job)
+    except (ValueError, TypeError):
+        return False
+    return value is True or (isinstance(value, int | float) and not isinstance(value, bool) and value != 0)
+
+
+def _ce_k8s_vanilla_to_grid(text: str, info: RouteInfo) -> str:
+    """The shared pre-step: ce-k8s's VanillaToGrid with HTCondor's reading of the route."""
+    import classad2
+
+    from ce_k8s.condor.routing import vanilla_to_grid
+
+    ad = classad2.parseOne(_long_form(text), classad2.ParserType.Old)
+    if not _job_bool(info.macros.get("EditJobInPlace"), ad):
+        sandboxed = _job_bool(info.macros.get("JobShouldBeSandboxed"), ad)
+        vanilla_to_grid(ad, info.universe, info.grid_resource or None, sandboxed)
+    return ad.printOld()
+
+
 def _child(request_file: str, result_file: str) -> int:
     request = json.loads(Path(request_file).read_text())
     import htcondor2
@@ -474,6 +607,10 @@ def _child(request_file: str, result_file: str) -> int:
         else:
             xfm, info = chosen
             result["route"] = info.name
+            if request.get("vanilla_to_grid"):
+                base = request["job"] if dest_text is None else dest_text
+                dest = shim.lib.xo_ad_from_long_form(_ce_k8s_vanilla_to_grid(base, info).encode(
+                    "utf-8", "surrogateescape"))
             if _apply(shim, result, dest, info.name, xfm, pre, post):
                 result["ad_text"] = shim.take(shim.lib.xo_ad_print(dest))
             else:
