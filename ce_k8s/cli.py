@@ -24,6 +24,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),
     (("testbed", "real-condor"), "ce_k8s.sim.cli_realcondor", "a real HTCondor in a Debian 13 root (up/down/status)"),
     (("status",), "ce_k8s.ops.status", "list routed pilots with their pods"),
+    (("accounting",), "ce_k8s.ops.accounting", "summarise per-job history files (pilots, core-hours, CPU efficiency)"),
     (("doctor",), "ce_k8s.ops.doctor", "check a CE host end to end"),
     (("install",), "ce_k8s.ops.install", "install knobs, routes and hook launchers into a CE"),
     (("nodes", "reclaim"), "ce_k8s.ops.nodes", "hand a node over to an HPC scheduler"),

@@ -40,8 +40,10 @@ from kubernetes.client.exceptions import ApiException
 
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
+from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, history_ad, routed_attrs
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
+from ce_k8s.agent.history import HistoryWriter
 from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
@@ -58,6 +60,7 @@ from ce_k8s.agent.status import (
     CREATE_PENDING,
     CREATE_RETRY,
     HELD,
+    IDLE,
     CreateInfo,
     JobView,
     completes,
@@ -172,6 +175,7 @@ class Agent:
                                  extra=self._gauges)
         self.cache.on_error = lambda verb, exc: self.prom.api_error(verb, "pods", exc)
         self.cache.listeners.append(self._pod_changed)
+        self._init_accounting(api_client)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -183,6 +187,7 @@ class Agent:
         self.started_at = time.time()
         self.cache.start()
         self.creator.start()
+        self.usage.start()
         self._gc_thread = threading.Thread(target=self._gc_loop, name="ce-k8s-gc", daemon=True)
         self._gc_thread.start()
         if serve:
@@ -202,6 +207,7 @@ class Agent:
             self.server = None
         self.prom.stop()
         self.creator.stop()
+        self.usage.stop()
         self.cache.stop()
         if self._gc_thread is not None:
             self._gc_thread.join(10)
@@ -335,6 +341,7 @@ class Agent:
             # Another agent process answered an update for this pod name before (its reason line
             # is in the ad): before creating it, the creator looks for traces of an earlier pod (F1).
             rec.check_history = "k8spodreason" in attrs and not adtext.unquote(attrs.get("k8spoduid"))
+            self._identities[name] = adtext.scan(text, IDENTITY_WANTED)   # for the attempt's history file
         pod = self.cache.get(name)
         s = self.settings
         gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
@@ -383,6 +390,7 @@ class Agent:
         desired = decision.attrs
         if adopted is not None:
             desired = {"K8sPodName": name, "K8sAttempt": adopted.attempt, **desired}
+        desired = self._with_usage(desired, pod or gone, attrs, now)
         if desired.get("JobStatus") == COMPLETED and not self._output_saved(pod or gone, now):
             # Completion is reported only once the pod's log is safe on disk (output.py): the
             # finalize hook that follows must not depend on the pod or the API server.
@@ -689,6 +697,107 @@ class Agent:
         pod = self.cache.get(name) or self.cache.get_gone(name)
         return (pod.source_job if pod is not None else "") or "?"
 
+    # -- accounting: usage of every attempt (docs/accounting.md) -----------------------------------
+
+    def _init_accounting(self, api_client) -> None:
+        """The usage collector (kubelet Summary API) and, with CE_K8S_PER_JOB_HISTORY_DIR, the
+        per-job history writer for APEL."""
+        s = self.settings
+        self._identities: dict[str, dict[str, str]] = {}     # pod name -> identity attrs of its routed ad
+        self._history_retry: dict[str, object] = {}           # pod name -> record whose file failed
+        self.history: HistoryWriter | None = None
+        if s.per_job_history_dir:
+            try:
+                self.history = HistoryWriter(s.per_job_history_dir)
+            except OSError as exc:
+                log.error("%s", fields(event="history-dir-unusable", path=s.per_job_history_dir,
+                                       error=exc.strerror))
+        self.usage = UsageCollector(
+            api_client, self.core, lambda: list(self.cache.pods.values()), interval=s.usage_interval,
+            request_timeout=self.request_timeout, acquire=lambda: self.bucket.acquire(self.stop_event),
+            on_final=self._attempt_settled, on_error=lambda verb, res, exc: self.prom.api_error(verb, res, exc))
+        self.cache.listeners.append(self._usage_changed)
+
+    def _usage_changed(self, name: str | None) -> None:
+        """Watch listener: tell the collector about starts, terminations and deletions (cheap)."""
+        if name is None:
+            for pod in list(self.cache.pods.values()):
+                self.usage.pod_changed(pod)
+            return
+        pod = self.cache.pods.get(name)
+        if pod is not None:
+            self.usage.pod_changed(pod)
+        else:
+            self.usage.pod_changed(self.cache.get_gone(name), gone=True)
+
+    def _attempt_settled(self, record) -> None:
+        """An attempt's usage is final: write its per-job history file (once; retried by the GC)."""
+        pod = record.pod
+        log.info("%s", fields(event="attempt-accounted", job=self._job_for(pod.name), pod=pod.name, node=pod.node,
+                              outcome=record.outcome, wall_s=record.wall,
+                              cpu_s=None if record.cpu_seconds is None else round(record.cpu_seconds, 1)))
+        if self.history is None:
+            return
+        rec = self.jobs.get(pod.name)
+        ad = history_ad(record, self.settings.ce_name, self._identities.get(pod.name),
+                        rec.routed_job if rec is not None else "")
+        try:
+            path = self.history.write(pod.uid or pod.name, ad)
+            self._history_retry.pop(pod.name, None)
+            if path:
+                log.info("%s", fields(event="history-written", pod=pod.name, path=path))
+        except OSError as exc:
+            self._history_retry[pod.name] = record
+            log.warning("%s", fields(event="history-write-failed", pod=pod.name, error=exc.strerror, action="retry"))
+
+    def _with_usage(self, desired: dict[str, object], pod: PodInfo | None, attrs: dict[str, str],
+                    now: float) -> dict[str, object]:
+        """Add the attempt's usage to a reply that ends the attempt (completed, held, next attempt).
+
+        HTCondor's `RemoteWallClockTime` is cumulative over a job's runs and `LastRemoteWallClockTime`
+        is the last run's: the ending attempt's wall time is added to the routed ad's current value
+        (idempotent: that value is the ad's before this transition, and after it the old pod is never
+        looked at again). A completion waits, like for its output, until the attempt's final Summary
+        read is done (`_save_output` does it first; at most `accounting.SETTLE_WAIT` seconds); an
+        eviction or a hold is reported at once with the pod's wall time.
+        """
+        status = desired.get("JobStatus")
+        if pod is None or status not in (COMPLETED, HELD, IDLE) or (status == IDLE and "K8sAttempt" not in desired):
+            return desired
+        if pod.started_at is None:
+            return desired               # the pilot container never started: nothing was used
+        if status == COMPLETED and not self.usage.settled(pod, now, gone=self.cache.get(pod.name) is None):
+            return {"K8sPodPhase": pod.phase, "K8sPodReason": SAVING_OUTPUT}
+        out = dict(desired)
+        record = self.usage.record(pod.name)
+        if record is not None:
+            out.update(routed_attrs(record))
+            wall = record.wall
+        else:
+            # An eviction or a hold is reported at once: its wall time is the pod's own; its CPU and
+            # memory reach the history file when the collector has settled the attempt.
+            end = pod.finished_at or int(now)
+            wall = float(max(end - pod.started_at, 0))
+            out.update({"JobCurrentStartDate": pod.started_at, "LastRemoteHost": pod.node})
+        try:
+            base = float(adtext.unquote(attrs.get("remotewallclocktime")) or 0.0)
+        except ValueError:
+            base = 0.0
+        out["RemoteWallClockTime"] = round(base + wall, 3)
+        out["LastRemoteWallClockTime"] = wall
+        return out
+
+    def _gc_accounting(self, now: float) -> None:
+        """Retry failed history writes; forget usage of pods long gone; prune old markers."""
+        for record in list(self._history_retry.values()):
+            self._attempt_settled(record)
+        keep = set(self.cache.pods) | set(self.cache.gone)
+        self.usage.forget(keep)
+        for name in [n for n in self._identities if n not in keep and n not in self.jobs]:
+            del self._identities[name]
+        if self.history is not None:
+            self.history.prune(now)
+
     # -- output: saved when the pod finishes, served to finalize -----------------------------------
 
     def _pod_changed(self, name: str | None) -> None:
@@ -734,6 +843,7 @@ class Agent:
     def _save_output(self, pod: PodInfo) -> None:
         """Read the finished pod's log (bounded) and store it; a vanished pod leaves a 'lost' entry."""
         job = self._job_for(pod.name)
+        self.usage.settle_pod(pod)       # its final usage first: the completion carries it (accounting.py)
         common = {"uid": pod.uid, "namespace": pod.namespace, "owner": pod.owner,
                   "global_job_id": pod.global_job_id}
         try:
@@ -936,6 +1046,7 @@ class Agent:
                                          namespace=pod.namespace, why="gc", error=_short(exc)))
         victims += self._expire_releases(now)
         self.cache.forget_gone(now - max(grace, 600))
+        self._gc_accounting(now)
         self.journal.prune(now)
         self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
         with self.jobs_lock:

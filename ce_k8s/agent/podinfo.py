@@ -12,6 +12,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ce_k8s.agent.quantity import quantity
+
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CE = "ce-k8s.htcondor.org/ce"
 LABEL_OWNER = "ce-k8s.htcondor.org/owner"
@@ -72,6 +74,8 @@ class PodInfo:
     route: str = ""              # route label (metrics, `list`); interned: a few distinct values
     source_job: str = ""         # routed-from annotation, else the job label ("cluster.proc")
     attempt: int = 0             # attempt label
+    cpu_request: float = 0.0     # cores the containers request (accounting: RequestCpus, CpusProvisioned)
+    memory_request: int = 0      # bytes the containers request (accounting: MemoryProvisioned)
 
     @property
     def finished(self) -> bool:
@@ -154,7 +158,18 @@ class PodInfo:
             route=sys.intern(str(labels.get(LABEL_ROUTE) or "")),
             source_job=str(ann.get(ANN_ROUTED_FROM) or labels.get(LABEL_JOB) or ""),
             attempt=_int(labels.get(LABEL_ATTEMPT)),
+            cpu_request=_request_sum(spec.get("containers") or (), "cpu"),
+            memory_request=int(_request_sum(spec.get("containers") or (), "memory")),
         )
+
+
+def _request_sum(containers: object, resource: str) -> float:
+    """The sum of the containers' requests of `resource` (cores or bytes); 0 when none is set."""
+    total = 0.0
+    for c in containers if isinstance(containers, list | tuple) else ():
+        if isinstance(c, dict):
+            total += quantity(((c.get("resources") or {}).get("requests") or {}).get(resource)) or 0.0
+    return total
 
 
 def _int(value: object) -> int:

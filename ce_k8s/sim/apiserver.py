@@ -425,6 +425,8 @@ class ApiServer:
                 return web.Response(text="ok")
             if parts[0] == "openapi":
                 return self._openapi(parts)
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) >= 5 and parts[4] == "proxy":
+            return await self._node_proxy(request, parts[3], "/".join(parts[5:]))
         route = self._parse(parts)
         if route is None:
             return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
@@ -666,6 +668,33 @@ class ApiServer:
         obj = {"kind": info.kind, "apiVersion": info.api_version,
                "metadata": {"resourceVersion": str(self.store.resource_version)}}
         return json.dumps({"type": "BOOKMARK", "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+    # ---- nodes/proxy: the kubelet's Summary API ----------------------------------------------------
+    async def _node_proxy(self, request: web.BaseRequest, node: str, path: str) -> web.StreamResponse:
+        """``GET /api/v1/nodes/{node}/proxy/stats/summary``: the kubelet's stats/v1alpha1 Summary
+        (ce_k8s.sim.kubelet_stats). The API server authorises it as ``get`` on ``nodes/proxy``
+        (a cluster-scoped subresource), so with RBAC enforced and no rule for it, or with the
+        kubelet's ``usage.denied`` switch on, the answer is the real server's 403.
+        """
+        self._count("get", "nodes/proxy")
+        assert self.api is not None
+        denied = self.kubelet is not None and self.kubelet.usage.denied
+        if denied or (self._options.enforce_rbac and not self.api.allowed("get", "nodes/proxy", "", "")):
+            raise ApiError(403, "Forbidden",
+                           f'nodes "{node}" is forbidden: User "{self._options.user}" cannot get resource '
+                           '"nodes/proxy" in API group "" at the cluster scope', {"name": node, "kind": "nodes"})
+        if request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        if self.store.peek("nodes", "", node) is None:
+            raise ApiError(404, "NotFound", f'nodes "{node}" not found', {"name": node, "kind": "nodes"})
+        if path.rstrip("/") != "stats/summary":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        doc = self.kubelet.summary(node) if self.kubelet is not None else None
+        if doc is None:
+            # What the API server answers when it cannot reach the node's kubelet.
+            raise ApiError(503, "ServiceUnavailable", f'error trying to reach service: dial tcp: node "{node}" '
+                           "is not reachable")
+        return _json(doc)
 
     # ---- pods/log ---------------------------------------------------------------------------------
     async def _log(self, request: web.BaseRequest, route: _Route) -> web.StreamResponse:

@@ -1,7 +1,7 @@
 """`ce-k8s demo`: pilots through the whole emulated path, with progress and a condor_ce_q-like table.
 
     ce-k8s demo [--pilots N] [--evict-fraction F] [--api-fault-rate F] [--restart-agent] [--json]
-                [--config PATH] [--batch-fraction F]
+                [--config PATH] [--batch-fraction F] [--history-dir DIR]
 
 Everything runs on this machine (docs/demo.md): the Kubernetes API emulator with its kubelet
 simulator, the real ``ce-k8s agent`` as a subprocess, the router emulator spawning the real hook
@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-agent", action="store_true",
                         help="SIGKILL the agent at random moments and restart it")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--history-dir", metavar="DIR",
+                        help="keep the agent's per-job history files (one per pod attempt, for APEL) in DIR and "
+                             "check them against the emulator (docs/accounting.md)")
     parser.add_argument("--config", metavar="PATH",
                         help="CE config file or directory to use instead of the shipped routes and defaults")
     parser.add_argument("--nodes", metavar="SPEC", help="simulated node pools (docs/testbed.md grammar)")
@@ -143,10 +147,24 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.batch_fraction <= 1.0:
         sys.stderr.write("ce-k8s demo: --batch-fraction must be between 0 and 1\n")
         return 2
+    history = None
+    extra = ""
+    if args.history_dir:
+        history = Path(args.history_dir).resolve()
+        history.mkdir(parents=True, exist_ok=True)
+        # Pods of the demo live about a second: read the kubelets' usage often.
+        extra = f"CE_K8S_PER_JOB_HISTORY_DIR = {history}\nCE_K8S_USAGE_INTERVAL = 0.5\n"
     bed = TestBed(config=args.config, nodes=args.nodes or DEFAULT_NODES, fault_rate=args.api_fault_rate,
-                  time_scale=args.time_scale, seed=args.seed, batch_route=args.batch_fraction > 0)
+                  time_scale=args.time_scale, seed=args.seed, batch_route=args.batch_fraction > 0,
+                  extra_config=extra)
+    witness = None
     try:
         bed.start()
+        if history is not None:
+            from ce_k8s.sim.demo_accounting import AttemptWitness
+
+            witness = AttemptWitness(getattr(bed.server, "kubelet", None))
+            bed.server.call(bed.server.store.add_listener, witness)
         pilots = bed.make_pilots(args.pilots, evict_fraction=args.evict_fraction, run_s=args.run_seconds,
                                  batch_fraction=args.batch_fraction)
         bed.submit(pilots)
@@ -155,6 +173,11 @@ def run(args: argparse.Namespace) -> int:
                 progress=_progress(sys.stderr))
         bed.drain(timeout=min(60.0, args.timeout))
         summary = bed.summary()
+        if history is not None and witness is not None:
+            from ce_k8s.sim.demo_accounting import check, wait_for_files
+
+            wait_for_files(history, len(witness.ran()))
+            summary["history"] = check(history, witness)
         if args.json:
             print(json.dumps(summary, sort_keys=True))
         else:
@@ -167,8 +190,14 @@ def run(args: argparse.Namespace) -> int:
             if args.batch_fraction > 0:
                 print(f"{summary['batch_routed']} routed to the Slurm-style route and left in the queue, "
                       f"{summary['batch_touched']} of them touched by ce-k8s")
+            if "history" in summary:
+                h = summary["history"]
+                print(f"{h['files']} history files in {h['dir']} for {h['attempts_ran']} attempts that ran: "
+                      f"{h['missing']} missing, {h['incomplete']} incomplete, {h['wall_mismatch']} wall mismatches, "
+                      f"{h['cpu_over_reported']} CPU above the kubelet's")
         ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
-              and summary["secrets_left"] == 0 and summary["batch_touched"] == 0)
+              and summary["secrets_left"] == 0 and summary["batch_touched"] == 0
+              and summary.get("history", {}).get("ok", True))
         return 0 if ok else 1
     finally:
         bed.close()

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -52,6 +53,7 @@ from ce_k8s.sim.k8s_scenario import (
     scenario_for,
 )
 from ce_k8s.sim.k8s_store import WatchEvent
+from ce_k8s.sim.kubelet_stats import UsageMeter
 
 __all__ = ["SCENARIO_ANNOTATION", "Kubelet", "NodeSpec", "Scenario", "ScenarioError", "parse_nodes",
            "parse_scenario"]
@@ -200,6 +202,9 @@ class Kubelet:
         self._pass_pending = False
         self._thread_id: int | None = None
         self._running = False
+        # What the containers use, for the Summary API (kubelet_stats.py, docs/accounting.md).
+        self.usage = UsageMeter()
+        self._started_at = time.time()
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -252,6 +257,16 @@ class Kubelet:
     def drain(self, node: str) -> list[str]:
         """``kubectl drain``: cordon, then evict every live pod on the node; returns their names."""
         return self._in_loop(self._drain, node)  # type: ignore[no-any-return]
+
+    def summary(self, node: str) -> dict[str, Any] | None:
+        """The Summary API document of `node` (stats/v1alpha1), or None when the node is unknown or lost
+        (the API server's proxy then fails: the kubelet does not answer). Any thread."""
+        return self._in_loop(self._summary, node)  # type: ignore[no-any-return]
+
+    def _summary(self, node: str) -> dict[str, Any] | None:
+        if node in self._lost or self.store.peek("nodes", "", node) is None:
+            return None
+        return self.usage.summary(node, self._pods_on(node), self._started_at)
 
     def lose_node(self, node: str) -> None:
         """The node stops reporting: Ready=Unknown, unreachable taints, its pods freeze and then
@@ -336,6 +351,7 @@ class Kubelet:
             self._terminate(sim)
 
     def _forget(self, key: Key, uid: str) -> None:
+        self.usage.forget(key, uid)
         sim = self._pods.get(key)
         if sim is not None and sim.uid == uid:
             sim.cancel()
@@ -569,9 +585,11 @@ class Kubelet:
     # ---- kubelet: pod lifecycle ------------------------------------------------------------------------
     def _write(self, sim: PodSim, mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
         try:
-            return self.api.write("pods", sim.key[0], sim.key[1], mutate)
+            written = self.api.write("pods", sim.key[0], sim.key[1], mutate)
         except ApiError:
             return None
+        self.usage.sync(sim.key, written)
+        return written
 
     def _node_ip(self, node: str) -> str:
         n = self.store.peek("nodes", "", node)
@@ -782,8 +800,10 @@ class Kubelet:
             st["containerStatuses"] = statuses
             for ctype in ("PodReadyToStartContainers", "ContainersReady", "Ready"):
                 set_condition(st, ctype, "True")
-        if self._write(sim, run) is None:
+        running = self._write(sim, run)
+        if running is None:
             return
+        self.usage.start(sim.key, sim.uid, sim.node, running)
         log.info("kubelet: pod %s/%s running on %s", sim.key[0], sim.key[1], sim.node)
         self._event(pod, "Started", "Started container", host=sim.node)
         for c in _dig(pod, "spec", "containers") or []:
