@@ -272,7 +272,15 @@ def test_cron_configuration():
     assert cfg.get("SCHEDD_CRON_CEK8SINFO_ARGS").split()[0] == "info"
     assert (cfg.get("SCHEDD_CRON_CEK8SINFO_PREFIX") or "") == ""
     assert cfg.get_bool("SCHEDD_CRON_CEK8SINFO_KILL", False) is True
-    assert int(cfg.get("SCHEDD_CRON_CEK8SINFO_PERIOD")) <= 300  # at least once per SCHEDD_INTERVAL
+    assert int(cfg.get("SCHEDD_CRON_CEK8SINFO_PERIOD")) == 300  # HTCondor's SCHEDD_INTERVAL default
+
+
+def test_cron_period_follows_the_ce_schedd_interval(tmp_path):
+    """The job runs as often as the CE's schedd publishes its ad (its SCHEDD_INTERVAL), not on a copy."""
+    from ce_k8s.condor.config import CondorConfig
+
+    cfg = CondorConfig.load(_config_with(tmp_path, "SCHEDD_INTERVAL = 120\n"))
+    assert int(cfg.get("SCHEDD_CRON_CEK8SINFO_PERIOD")) == 120
 
 
 def _config_with(tmp_path, text: str) -> str:
