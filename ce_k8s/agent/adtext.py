@@ -25,6 +25,7 @@ WANTED = frozenset({
     "k8spodnamespace", "k8snodename", "remotehost", "jobcurrentstartdate", "jobstartdate",
     "numjobstarts", "exitcode", "completiondate", "remotewallclocktime", "jobfinishedhookdone",
     "holdreason", "holdreasoncode", "holdreasonsubcode", "routename",
+    "x509userproxy", "scitokensfile", "iwd",          # credential refresh (ce_k8s.agent.credentials)
 })
 
 MAX_STRING = 1024

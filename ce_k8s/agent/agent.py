@@ -5,6 +5,8 @@ Pieces, each in its own module:
 * `status.decide` — pod state → routed-job attributes (the table in docs/holds.md);
 * `adtext` — the few ad lines the hot path reads and the lines it prints;
 * `creator.Creator` — creates pod then Secret with bounded concurrency under the QPS budget;
+* `credentials.CredentialRefresher` — a proxy/token renewed in the spool patched into the live
+  pod's Secret (a `stat` per update, the copy on its own thread);
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
 * `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1), and
   the pods a cleanup released for a re-route;
@@ -43,6 +45,7 @@ from ce_k8s.agent import adtext
 from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, history_ad, routed_attrs
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
+from ce_k8s.agent.credentials import CredentialRefresher, CredentialState
 from ce_k8s.agent.history import HistoryWriter
 from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
@@ -116,6 +119,7 @@ class JobRecord:
     # agent (K8sPodReason), so the pod may have been created and vanished while no agent watched.
     seen_uid: str = ""
     check_history: bool = False
+    cred: CredentialState | None = None   # the pod's credential files and what its Secret holds
 
 
 def label_selector(ce_name: str) -> str:
@@ -157,10 +161,11 @@ class Agent:
         from ce_k8s.agent.creator import Creator
 
         self.creator = Creator(self)
+        self.credentials = CredentialRefresher(self)   # refreshed proxies/tokens into running pods' Secrets
         self.server = None
         self._gc_thread: threading.Thread | None = None
         self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0, "released": 0,
-                        "readopted": 0}
+                        "readopted": 0, "credentials_refreshed": 0}
         # Cleanup of a live pod asks this about the source job (docs/agent.md "Released pods").
         self.source_probe = source_probe if source_probe is not None else make_source_probe(self.options.source_probe)
         # Serialises the decisions about released pods: release (cleanup), adoption (update) and
@@ -188,6 +193,7 @@ class Agent:
         self.cache.start()
         self.creator.start()
         self.usage.start()
+        self.credentials.start()
         self._gc_thread = threading.Thread(target=self._gc_loop, name="ce-k8s-gc", daemon=True)
         self._gc_thread.start()
         if serve:
@@ -208,6 +214,7 @@ class Agent:
         self.prom.stop()
         self.creator.stop()
         self.usage.stop()
+        self.credentials.stop()
         self.cache.stop()
         if self._gc_thread is not None:
             self._gc_thread.join(10)
@@ -400,6 +407,8 @@ class Agent:
             self._queue_create(rec, text, uid)
         if decision.delete and pod is not None:
             self._delete_async(pod, why="hold", job=rec.routed_job)
+        elif pod is not None and rec.create.state == CREATE_DONE and not pod.finished and not pod.deleting:
+            self.credentials.check(rec, attrs, text, uid, pod, now)     # a renewed proxy/token → its Secret
         new_status = desired.get("JobStatus")
         if new_status is not None and new_status != adtext.as_int(attrs.get("jobstatus")):
             log.info("%s", fields(event="job-status", job=rec.routed_job, pod=name, status=new_status,
@@ -1007,6 +1016,8 @@ class Agent:
             "ce_k8s_cache_lists": ("Full LISTs since the agent started (start and 410 Gone)", float(self.cache.lists)),
             "ce_k8s_outputs_stored": ("Pod outputs saved and not yet cleaned up", float(len(self.output))),
             "ce_k8s_creates_queued": ("Pod creations waiting for a worker", float(self.creator.queue.qsize())),
+            "ce_k8s_credential_refreshes_queued": ("Changed credential files waiting to be copied into Secrets",
+                                                   float(self.credentials.queue.qsize())),
         }
 
     # -- garbage collection ------------------------------------------------------------------------

@@ -128,12 +128,32 @@ class Creator:
         may only put that account's own files into the Secret (sandbox_io.read_sandbox).
         """
         from ce_k8s.agent.sandbox_io import read_sandbox
-        from ce_k8s.condor import wire
         from ce_k8s.pods.builder import build_manifests
+
+        settings = self.agent.settings
+        ad, items, pilot_uid = self._plan(text, owner, caller_uid)
+        attempt = ad.get_int("K8sAttempt", 0, code="missing-job-id") or 0
+        files = read_sandbox(items, settings.spool, settings.secret_max_bytes, owner_uid=pilot_uid)
+        return build_manifests(ad, settings, files, attempt=attempt)
+
+    def read_credentials(self, text: str, caller_uid: int | None = None) -> dict[str, bytes]:
+        """Only the proxy/token files of the routed ad's sandbox (Secret key -> contents), read with
+        exactly the checks of a create (credentials.py refreshes the Secret with them)."""
+        from ce_k8s.agent.credentials import CREDENTIAL_ROLES
+        from ce_k8s.agent.sandbox_io import read_sandbox
+
+        settings = self.agent.settings
+        owner = adtext.unquote(adtext.scan(text, frozenset({"owner"})).get("owner")) or ""
+        _ad, items, pilot_uid = self._plan(text, owner, caller_uid)
+        items = [item for item in items if item.role in CREDENTIAL_ROLES]
+        return read_sandbox(items, settings.spool, settings.secret_max_bytes, owner_uid=pilot_uid)
+
+    def _plan(self, text: str, owner: str | None, caller_uid: int | None):
+        """(JobAd, sandbox plan, the pilot uid whose files alone may be read) of a routed ad's text."""
+        from ce_k8s.condor import wire
         from ce_k8s.pods.jobad import JobAd
         from ce_k8s.pods.sandbox import sandbox_plan
 
-        settings = self.agent.settings
         try:
             ads = wire.parse_old_ads(text, "<update hook stdin>")
         except ValueError as exc:
@@ -143,11 +163,9 @@ class Creator:
         ad = JobAd(wire.evaluate_ad(ads[0]))
         if owner is not None and (ad.get("Owner") or "") != owner:
             raise PodBuildError("internal-error", "the routed ad names two different Owners")
-        attempt = ad.get_int("K8sAttempt", 0, code="missing-job-id") or 0
-        items = sandbox_plan(ad, settings)
+        items = sandbox_plan(ad, self.agent.settings)
         pilot_uid = caller_uid if caller_uid not in (None, 0, os.geteuid()) else None
-        files = read_sandbox(items, settings.spool, settings.secret_max_bytes, owner_uid=pilot_uid)
-        return build_manifests(ad, settings, files, attempt=attempt)
+        return ad, items, pilot_uid
 
     def run(self, rec) -> None:
         """Build, create (or adopt) the pod, then its Secret; record the outcome on `rec`."""
@@ -157,6 +175,7 @@ class Creator:
             rec.create.state = CREATE_DONE if rec.namespace else CREATE_NONE
             return
         job = rec.routed_job or "?"
+        read_at = time.time()
         try:
             built = self.build(text, adtext.unquote(adtext.scan(text).get("owner")) or "", rec.caller_uid)
         except PodBuildError as exc:
@@ -178,6 +197,7 @@ class Creator:
             pod = self.create_pod(built, job, rec)
             if built.secret is not None:
                 self.ensure_secret(built, pod)
+                agent.credentials.seed(rec, built, read_at)     # what the Secret now holds (credentials.py)
         except Ended as exc:
             # F1/F3: count the vanished pod as this attempt's one pod; the status mapping moves the
             # job to the next attempt (a tombstone says why; without one, "vanished").
@@ -222,6 +242,8 @@ class Creator:
             if not (verb == "create" and getattr(exc, "status", None) == 409):
                 agent.prom.api_error(verb, resource + "s", exc)
             raise
+
+    call = _call     # the credential refresher's Secret patches share the budget and the metrics
 
     def existed_before(self, built) -> bool:
         """Whether an Event names a pod of this name: it was created before this agent started (F1).

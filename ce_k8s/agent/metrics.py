@@ -102,6 +102,12 @@ class AgentMetrics:
         self.outputs = Counter("ce_k8s_pod_outputs", "Pod logs saved for finalize, by result",
                                ["result"], registry=r)
         self.relists = Counter("ce_k8s_cache_relists", "Full LISTs of the pods (start, 410 Gone)", registry=r)
+        self.credential_refreshes = Counter("ce_k8s_credential_refreshes",
+                                            "Secrets patched with a renewed proxy or token of a running pilot",
+                                            registry=r)
+        self.credential_failures = Counter("ce_k8s_credential_refresh_failures",
+                                           "Failed credential refreshes (retried), by why: read, api, internal",
+                                           ["why"], registry=r)
         r.register(_CacheCollector(pods, last_event, extra))
         self._hook_children: dict[tuple[str, str], object] = {}
         self._server = None
