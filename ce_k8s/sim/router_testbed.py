@@ -382,9 +382,17 @@ class TestBed:
         from ce_k8s.condor.config import default_config_paths
 
         self.confdir.mkdir(parents=True, exist_ok=True)
+        local_dirs_read = ""
         if self.config_path:
             src = Path(self.config_path)
             files = sorted(src.iterdir()) if src.is_dir() else [src]
+            if src.is_file():
+                # A CE's condor_config: its LOCAL_CONFIG_DIR files are read after everything in our
+                # directory, overlay included; copy them in reading order and read them only once.
+                from ce_k8s.condor.config import CondorConfig
+
+                files = [Path(s) for s in CondorConfig.load(src).sources]
+                local_dirs_read = "LOCAL_CONFIG_DIR =\n"
             for i, f in enumerate(files):
                 if f.is_file():
                     shutil.copy(f, self.confdir / f"{i:03d}-{f.name}")
@@ -396,7 +404,7 @@ class TestBed:
                     n += 1
         (self.confdir / "999-demo.conf").write_text(OVERLAY.format(
             hooks=self.hooks, socket=self.socket, spool=self.spool, kubeconfig=self.kubeconfig,
-            mirror_lag=self.mirror_lag) + self.extra_config + "\n")
+            mirror_lag=self.mirror_lag) + self.extra_config + "\n" + local_dirs_read)
 
     def _namespaces(self, cfg: Any) -> set[str]:
         """CE_K8S_NAMESPACE plus every K8sNamespace a route or transform sets for the demo's pilot
