@@ -1,7 +1,7 @@
 """`ce-k8s demo`: pilots through the whole emulated path, with progress and a condor_ce_q-like table.
 
     ce-k8s demo [--pilots N] [--evict-fraction F] [--api-fault-rate F] [--restart-agent] [--json]
-                [--config PATH] [--batch-fraction F] [--history-dir DIR]
+                [--config PATH] [--batch-fraction F] [--renew-fraction F] [--history-dir DIR]
 
 Everything runs on this machine (docs/demo.md): the Kubernetes API emulator with its kubelet
 simulator, the real ``ce-k8s agent`` as a subprocess, the router emulator spawning the real hook
@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-fraction", type=float, default=0.0, metavar="F",
                         help="mixed mode: fraction of pilots for a Slurm-style route ce-k8s must leave alone "
                              "(default 0: no such route)")
+    parser.add_argument("--renew-fraction", type=float, default=0.1, metavar="F",
+                        help="fraction of pilots whose proxy is renewed in the spool while they run; each pod "
+                             "must show the new proxy in its mounted Secret (default 0.1)")
     parser.add_argument("--restart-agent", action="store_true",
                         help="SIGKILL the agent at random moments and restart it")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -147,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.batch_fraction <= 1.0:
         sys.stderr.write("ce-k8s demo: --batch-fraction must be between 0 and 1\n")
         return 2
+    if not 0.0 <= args.renew_fraction <= 1.0:
+        sys.stderr.write("ce-k8s demo: --renew-fraction must be between 0 and 1\n")
+        return 2
+    from ce_k8s.sim.credrefresh import CredentialDrill
     history = None
     extra = ""
     if args.history_dir:
@@ -167,12 +174,20 @@ def run(args: argparse.Namespace) -> int:
             bed.server.call(bed.server.store.add_listener, witness)
         pilots = bed.make_pilots(args.pilots, evict_fraction=args.evict_fraction, run_s=args.run_seconds,
                                  batch_fraction=args.batch_fraction)
+        drill = CredentialDrill(args.renew_fraction, seed=args.seed)
+        drill.choose(pilots, args.poll, args.time_scale)
         bed.submit(pilots)
         sys.stderr.write(f"ce-k8s demo: {len(pilots)} pilots, API at {bed.server.url}, work dir {bed.root}\n")
+        show = _progress(sys.stderr)
+
+        def progress(tick_bed) -> None:
+            drill.turn(tick_bed)
+            show(tick_bed)
         bed.run(timeout=args.timeout, poll_interval=args.poll, restart_agent=args.restart_agent,
-                progress=_progress(sys.stderr))
+                progress=progress)
         bed.drain(timeout=min(60.0, args.timeout))
         summary = bed.summary()
+        summary.update(drill.summary())
         if history is not None and witness is not None:
             from ce_k8s.sim.demo_accounting import check, wait_for_files
 
@@ -187,6 +202,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{summary['pods_created']} pods created, {summary['duplicate_pods']} duplicates, "
                   f"{summary['pods_left']} pods and {summary['secrets_left']} secrets left; "
                   f"{summary['pilots_per_s']} pilots/s over {summary['wall_s']} s")
+            if summary["credentials_renewed"]:
+                print(f"{summary['credentials_renewed']} proxies renewed mid-run, {summary['credentials_refreshed']} "
+                      f"seen in the pod's mounted Secret (at most {summary['credential_refresh_polls_max']} polls "
+                      f"later), {summary['credentials_pod_ended_first']} pods ended first")
             if args.batch_fraction > 0:
                 print(f"{summary['batch_routed']} routed to the Slurm-style route and left in the queue, "
                       f"{summary['batch_touched']} of them touched by ce-k8s")
@@ -197,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{h['cpu_over_reported']} CPU above the kubelet's")
         ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
               and summary["secrets_left"] == 0 and summary["batch_touched"] == 0
-              and summary.get("history", {}).get("ok", True))
+              and summary.get("history", {}).get("ok", True) and summary["credentials_all_seen"])
         return 0 if ok else 1
     finally:
         bed.close()

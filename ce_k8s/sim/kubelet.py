@@ -53,6 +53,7 @@ from ce_k8s.sim.k8s_scenario import (
     scenario_for,
 )
 from ce_k8s.sim.k8s_store import WatchEvent
+from ce_k8s.sim.kubelet_secrets import SecretMounts
 from ce_k8s.sim.kubelet_stats import UsageMeter
 
 __all__ = ["SCENARIO_ANNOTATION", "Kubelet", "NodeSpec", "Scenario", "ScenarioError", "parse_nodes",
@@ -202,6 +203,8 @@ class Kubelet:
         self._pass_pending = False
         self._thread_id: int | None = None
         self._running = False
+        # What each pod's Secret volumes show its containers (kubelet_secrets.py).
+        self.secret_mounts = SecretMounts()
         # What the containers use, for the Summary API (kubelet_stats.py, docs/accounting.md).
         self.usage = UsageMeter()
         self._started_at = time.time()
@@ -277,6 +280,11 @@ class Kubelet:
         """The node comes back: Ready=True, taints removed, surviving pods resume."""
         self._in_loop(self._restore, node)
 
+    def mounted_files(self, namespace: str, pod: str, volume: str | None = None) -> dict[str, bytes] | None:
+        """What the pod's containers read in a Secret volume now (default: its first one): file path
+        → contents; None before the volume is mounted or once the pod is gone. Any thread."""
+        return self._in_loop(self.secret_mounts.files, (namespace, pod), volume)  # type: ignore[no-any-return]
+
     # ---- event intake --------------------------------------------------------------------------------
     @staticmethod
     def _key(pod: Mapping[str, Any]) -> Key:
@@ -299,6 +307,7 @@ class Kubelet:
             self._kick(full=True)
         elif resource == "secrets" and ev.type != "DELETED":
             ns = str(meta_of(ev.obj).get("namespace"))
+            self.secret_mounts.secret_changed(ns, str(meta_of(ev.obj).get("name")), ev.obj)
             self.loop.call_soon(self._secrets_changed, ns)
 
     def _observe(self, key: Key) -> None:
@@ -352,6 +361,7 @@ class Kubelet:
 
     def _forget(self, key: Key, uid: str) -> None:
         self.usage.forget(key, uid)
+        self.secret_mounts.forget(key, uid)
         sim = self._pods.get(key)
         if sim is not None and sim.uid == uid:
             sim.cancel()
@@ -687,6 +697,7 @@ class Kubelet:
                             "not found", "Warning", host=sim.node)
             self._after(sim, self.retry_period, self._prepare, sim)
             return
+        self.secret_mounts.mount(sim.key, sim.uid, pod, lambda ns, name: self.store.peek("secrets", ns, name))
         sim.state = "pulling"
         images = sorted({str(c.get("image")) for c in _dig(pod, "spec", "containers") or []})
         self._event(pod, "Pulling", f'Pulling image "{images[0] if images else ""}"', host=sim.node)
