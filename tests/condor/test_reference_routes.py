@@ -34,8 +34,6 @@ import pytest
 import xform_oracle
 from xform_oracle import OracleResult, OracleUnavailable
 
-from ce_k8s.condor.config import CondorConfig, ConfigError
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REFERENCE = HERE / "reference"
@@ -192,23 +190,6 @@ def test_oracle_gives_the_cited_values(workdir, case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.origin.split('.')[0]}-{c.id}" for c in CASES])
 def test_ce_k8s_route_matches_htcondor(workdir, case: Case) -> None:
-    confdir, job_file = _case_dir(workdir, case)
-    refused = _oracle(workdir, case, vanilla_to_grid=case.pipeline != "transforms").config_error_line
-    if refused is not None:
-        with pytest.raises(ConfigError) as caught:
-            CondorConfig.load(confdir)
-        assert (Path(caught.value.file).name, caught.value.line) == ("99-case.conf", refused), \
-            f"HTCondor refuses 99-case.conf line {refused}; ce-k8s: {caught.value}"
-        return
-    oracle, oracle_ad = xform_oracle.oracle_as_ce_k8s_route(confdir, case.job, ce_config=confdir)
-    _rc, results = xform_oracle.ce_k8s_route_json(confdir, job_file)
-    assert len(results) == 1, results
-    ours = results[0]
-    assert ours["route"] == oracle.route, \
-        f"ce-k8s routes the job to {ours['route']!r}, HTCondor to {oracle.route!r} ({case.origin})"
-    if oracle_ad is None:
-        assert not ours["routed_ad"], f"HTCondor gives up on the job ({oracle.errors}); ce-k8s routes it"
-        return
-    assert ours["routed_ad"], f"ce-k8s gives no routed ad ({ours.get('errors')}); HTCondor does"
-    diffs = xform_oracle.ad_differences(xform_oracle.json_ad(ours["routed_ad"]), oracle_ad)
-    assert not diffs, f"routed ad of case {case.origin} differs from HTCondor's:\n  " + "\n  ".join(diffs)
+    confdir, _job_file = _case_dir(workdir, case)
+    diffs = xform_oracle.differences_from_ce_k8s(confdir, case.job, ce_config=confdir, workdir=workdir)
+    assert not diffs, f"ce-k8s route differs from HTCondor for case {case.origin}:\n  " + "\n  ".join(diffs)

@@ -328,6 +328,49 @@ def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None) -> tuple[Oracl
     return second, ad
 
 
+def differences_from_ce_k8s(config, job_text: str, ce_config=None, workdir: Path | None = None) -> list[str]:
+    """Everything in which ``ce-k8s route --json`` disagrees with HTCondor's code for one job: the
+    configuration refused (and where), the route chosen, routing given up, the routed ad
+    attribute by attribute (router stamps left out). [] when they agree.
+
+    ``config``: the oracle's configuration; ``ce_config``: the same for ``ce-k8s route --config``
+    (None: the embedded default). A job ce-k8s finds is no candidate for the router is reported as
+    ``["not a candidate: ..."]`` (the oracle cannot judge candidacy).
+    """
+    from ce_k8s.condor.config import CondorConfig, ConfigError
+
+    first = run_oracle(config, job_text)
+    if first.config_error_line is not None:
+        try:
+            CondorConfig.load(ce_config)
+        except ConfigError as exc:
+            if exc.line == first.config_error_line:
+                return []
+            return [f"HTCondor refuses the configuration at line {first.config_error_line}; ce-k8s at {exc}"]
+        return [f"HTCondor refuses the configuration ({first.log}); ce-k8s reads it"]
+    with tempfile.TemporaryDirectory(prefix="ce-k8s-route-", dir=workdir) as tmp:
+        job_file = Path(tmp) / "job.ad"
+        job_file.write_text(job_text)
+        _rc, results = ce_k8s_route_json(ce_config, job_file)
+    if len(results) != 1:
+        return [f"ce-k8s route gave {len(results)} results for one job: {results}"]
+    ours = results[0]
+    if ours["route"] is None and any(v.get("check") == "built-in" and v.get("result") is not True
+                                     for v in ours.get("explain") or []):
+        return [f"not a candidate: {ours.get('explain')}"]
+    oracle, oracle_ad = oracle_as_ce_k8s_route(config, job_text, ce_config=ce_config)
+    if ours["route"] != oracle.route:
+        return [f"ce-k8s routes the job to {ours['route']!r}, HTCondor to {oracle.route!r} "
+                f"({oracle.notes + oracle.errors})"]
+    if oracle_ad is None:
+        if ours["routed_ad"]:
+            return [f"HTCondor gives up on the job ({oracle.errors}); ce-k8s routes it"]
+        return []
+    if not ours["routed_ad"]:
+        return [f"ce-k8s gives no routed ad ({ours.get('errors')}); HTCondor routes it"]
+    return ad_differences(json_ad(ours["routed_ad"]), oracle_ad)
+
+
 # ---- child side: HTCondor's code in this process -----------------------------------------------
 
 class _Shim:
