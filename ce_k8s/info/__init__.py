@@ -5,7 +5,9 @@ Modules, each depending only on the ones before it (no cycle; tests/test_rooms.p
 * ``quantity`` -- Kubernetes quantities and a pod's effective requests in scheduler units;
 * ``snapshot`` -- nodes, pods and quotas from a ``kubectl`` dump, the API or the agent;
 * ``capacity`` -- pure placement and quota arithmetic over a snapshot, per pilot shape;
-* ``provider`` -- ``ce-k8s info``: routes to catalog entries, the cron output.
+* ``health`` -- the run's verdict (OK, WARNING, CRITICAL) and its reasons;
+* ``catalog`` -- one catalog entry's configuration per Kubernetes route (routed, built pilot);
+* ``provider`` -- ``ce-k8s info``: the cluster view, the ad, the cron output.
 
 Nothing is imported here, so ``import ce_k8s.info.quantity`` stays cheap.
 """
