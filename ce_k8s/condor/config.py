@@ -108,6 +108,9 @@ DEFAULT_EXCLUDE_REGEXP = (
 
 Version = tuple[int, int, int]
 
+#: HTCONDOR-3734 (config.cpp Parse_macros) added ``+=`` in HTCondor 25.11.0.
+PLUS_EQUALS_SINCE: Version = (25, 11, 0)
+
 
 def parse_version(text: str) -> Version:
     """``X.Y.Z`` as a tuple; also ``X.Y``, ``vX.Y.Z``, ``25.14.1-1.el9`` and what ``condor_version``
@@ -494,6 +497,7 @@ class CondorConfig:
         self._version_sensitive: Origin | None = None  # an `if version` the installed wheel decides differently
         self._pin: Origin | None = None  # metaknob text: every knob it sets is placed at the `use` line
         self._if_where: Origin | None = None  # the if/elif line being tested
+        self._commands_skipped = "--no-commands"  # why commands were not run, for their NOTEs
 
     @property
     def warnings(self) -> MutableSequence[str]:
@@ -598,10 +602,11 @@ class CondorConfig:
             return
         if self._version_sensitive is not None and self.version != installed_version():
             self._diag(Severity.NOTE, self._version_sensitive,
-                       f"this `if version` is decided differently by the installed HTCondor "
+                       f"this line is read differently by the installed HTCondor "
                        f"{'.'.join(map(str, installed_version()))} and the modelled "
                        f"{'.'.join(map(str, self.version))}, so HTCondor's reader cannot speak for the modelled "
                        "version: the values are ce-k8s's own and the configuration's commands were not run")
+            self._commands_skipped = "HTCondor's reader could not model this version"
             return
         commands: dict[str, Origin] = {}
         for where, command in self.commands:
@@ -656,7 +661,8 @@ class CondorConfig:
             return
         for where, command in self.commands:
             self._diag(Severity.NOTE, where, f"the configuration runs the command `{command}` and reads its "
-                       "output as configuration; it was not run (--no-commands), so the knobs it sets are missing")
+                       f"output as configuration; it was not run ({self._commands_skipped}), so the knobs it sets "
+                       "are missing")
 
     @classmethod
     def from_text(
@@ -1247,6 +1253,10 @@ class CondorConfig:
                 continue
             if text is None:
                 raise ConfigError(origin.file, origin.line, f"use {category}: does not recognise {knob}")
+            if self.version[:2] != installed_version()[:2]:
+                self._diag(Severity.NOTE, origin, f"use {category} : {knob} is expanded from the metaknob table of "
+                           f"the installed HTCondor {'.'.join(map(str, installed_version()))}, not from "
+                           f"{'.'.join(map(str, self.version))}'s")
             if args is not None or _META_ARG.search(text):
                 text = _expand_meta_args(text, args or "")
             previous = self._pin
@@ -1324,6 +1334,14 @@ class CondorConfig:
         if op == "@":
             return (name, rhs, origin)
         segments = _shift(segs, len(line) - len(rhs))
+        if op == "+" and self.version < PLUS_EQUALS_SINCE:
+            # before 25.11.0 the '+' (and a separator) was a stray word before '=' (ignored): X = text
+            op = "="
+            self._diag(Severity.WARNING, origin, f"HTCondor {'.'.join(map(str, self.version))} has no '+=' "
+                       f"(it came in {'.'.join(map(str, PLUS_EQUALS_SINCE))}): it reads this line as {name} = {rhs}, "
+                       "replacing the value so far")
+            if installed_version() >= PLUS_EQUALS_SINCE and self._version_sensitive is None:
+                self._version_sensitive = origin
         if op == "+":
             previous = self._previous(name)  # lookup_macro: the knob's value, else its default
             if previous:

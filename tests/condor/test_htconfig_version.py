@@ -124,3 +124,16 @@ def test_no_commands_option_reaches_the_reader(tmp_path):
     assert [(d.line, d.severity) for d in cfg.diagnostics] == [(1, Severity.NOTE)]
     cfg, _ = load_config(root)
     assert marker.exists() and cfg.raw("X") == "1"
+
+
+def test_plus_equals_before_25_11_is_a_plain_assignment(tmp_path):
+    """HTCONDOR-3734 added `+=` in 25.11.0; before, Parse_macros took the '+' for a stray word before
+    '=' (ignored), so `X += b` replaced X. Modelling such a version, HTCondor 25's reader cannot be used."""
+    root = write(tmp_path, "X = a\nX += b\nY = p\nY +,= q\n")
+    old = CondorConfig.load(root, run_commands=True, version=(25, 0, 0))
+    assert (old.raw("X"), old.raw("Y")) == ("b", "q")
+    assert not old.read_by_htcondor
+    warnings = [d for d in old.diagnostics if d.severity == Severity.WARNING]
+    assert [(d.line, "replacing the value so far" in d.message) for d in warnings] == [(2, True), (4, True)]
+    new = CondorConfig.load(root, run_commands=True)
+    assert (new.raw("X"), new.raw("Y")) == ("a b", "p,q") and new.read_by_htcondor
