@@ -80,8 +80,6 @@ _ATTR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ASSIGNMENT = re.compile(r"^([A-Za-z0-9_.+]+)\s*=(.*)$", re.DOTALL)
 _MACRO_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
 # A macro reference starts with "$(" or "$NAME(" and is not the second "$" of "$$(".
-_MACRO_START = re.compile(r"(?<!\$)\$([A-Za-z_]*)\(")
-_FUNC_F = re.compile(r"^F[fpduwnxbqa]+$")
 _MAX_EXPANSIONS = 2000
 
 # Macros HTCondor's transform engine predefines (XFormMacroDefaults) that make sense offline.
@@ -285,6 +283,87 @@ def _my_attr_text(ad: classad2.ClassAd | None, attr: str) -> str | None:
     return text
 
 
+_SPECIAL_FUNCTIONS = frozenset({"ENV", "RANDOM_CHOICE", "RANDOM_INTEGER", "CHOICE", "SUBSTR", "INT", "REAL",
+                                "STRING", "EVAL", "BASENAME", "DIRNAME"})
+_COLON_DEFAULT_EXTRA = "$ ,\\:"  # COLON_DEF_EXTRACHARSET
+_DOLLAR_REF = re.compile(r"(?<!\$)\$\((?i:DOLLAR)\)")
+
+
+def _is_idchar(ch: str) -> bool:
+    """condor_isidchar: ASCII letters, digits, ``_``, ``.`` and ``/``."""
+    return ch.isascii() and (ch.isalnum() or ch in "_./")
+
+
+def _macro_kind(prefix: str) -> str | None:
+    """is_config_macro: ``$`` is a macro, ``$$`` is not, ``$F...`` a file-name function, then the
+    named functions (case-sensitive); "idchars" bodies are names, "anything" bodies run to ``)``."""
+    if prefix == "$":
+        return "idchars"
+    if prefix.startswith("$$"):
+        return None
+    name = prefix[1:]
+    if name.startswith("F") and all(c.lower() in "pnxdqabfwu" for c in name[1:]):
+        return "anything"
+    if name in _SPECIAL_FUNCTIONS:
+        return "idchars" if name == "ENV" else "anything"
+    return None
+
+
+def _next_reference(text: str) -> tuple[int, str, int, int] | None:
+    """next_config_macro: the leftmost ``$name(...)`` reference as (start, name, body start, ``)``).
+
+    A function's body runs to the first ``)`` (no nesting: ``$INT($(x))`` has the body ``$(x``);
+    a plain ``$(...)`` body must be a name (then ``:default``), otherwise the scan goes on inside
+    it, which is how ``$($(a)_b)`` expands the inner reference first. ``$(DOLLAR)`` is skipped.
+    """
+    n = len(text)
+    i = 0
+    while True:
+        dollar = text.find("$", i)
+        if dollar < 0:
+            return None
+        p = dollar + 1
+        if p < n and text[p] == "$":
+            p += 1
+        while p < n and text[p].isascii() and (text[p].isalnum() or text[p] == "_"):
+            p += 1
+        kind = _macro_kind(text[dollar:p]) if p < n and text[p] == "(" else None
+        if kind is None:
+            i = max(p, dollar + 1)
+            continue
+        body = p + 1
+        j = body
+        if kind == "anything":
+            j = text.find(")", body)
+            j = n if j < 0 else j
+        else:
+            after_colon = False
+            while j < n and text[j] != ")":
+                ch = text[j]
+                j += 1
+                if ch == ":" and not after_colon:
+                    after_colon = True
+                    continue
+                if after_colon:
+                    if ch == "(":
+                        close = text.find(")", j)
+                        if close >= 0:
+                            j = close + 1
+                            continue
+                    elif ch in _COLON_DEFAULT_EXTRA:
+                        continue
+                if not _is_idchar(ch):
+                    j = -1
+                    break
+        if j < 0 or j >= n:
+            i = body  # not a complete reference: look for one inside it
+            continue
+        if kind == "idchars" and p == dollar + 1 and text[body:j].upper() == "DOLLAR":
+            i = j  # $(DOLLAR) is replaced last
+            continue
+        return dollar, text[dollar + 1 : p], body, j
+
+
 def _split_args(body: str) -> list[str]:
     return [part.strip() for part in body.split(",")]
 
@@ -314,12 +393,12 @@ class _Expander:
         return self.expand(raw)
 
     def expand(self, text: str) -> str:
-        """Expand innermost-leftmost references until none are left (as expand_macro loops)."""
-        pos = 0
+        """config.cpp ``expand_macro`` (the char* one XFormHash uses): replace the leftmost reference,
+        rescan from the start, until none is left; then every ``$(DOLLAR)`` becomes ``$``."""
         for _ in range(_MAX_EXPANSIONS):
-            found = self._next_reference(text, pos)
+            found = _next_reference(text)
             if found is None:
-                return text
+                return _DOLLAR_REF.sub("$", text)
             start, func, body_start, end = found
             body = text[body_start:end]
             try:
@@ -329,45 +408,23 @@ class _Expander:
                     raise
                 self.errors.append(str(exc))
                 replacement = exc.replacement
-            if replacement is None:
-                pos = end + 1  # left as written; keep scanning after it
-                continue
             text = text[:start] + replacement + text[end + 1 :]
-            pos = 0  # an enclosing reference may now be complete; rescan (expand_macro does too)
         raise MacroError("macro expansion does not terminate (a macro refers to itself?)")
 
-    @staticmethod
-    def _next_reference(text: str, pos: int) -> tuple[int, str, int, int] | None:
-        while True:
-            m = _MACRO_START.search(text, pos)
-            if m is None:
-                return None
-            body_start = m.end()
-            end = text.find(")", body_start)
-            if end < 0:
-                return None
-            inner = _MACRO_START.search(text, body_start, end)
-            if inner is not None:
-                pos = inner.start()  # a reference nested in this one's body goes first
-                continue
-            return m.start(), m.group(1), body_start, end
-
-    def _resolve(self, func: str, body: str) -> str | None:
+    def _resolve(self, func: str, body: str) -> str:
         if func == "":
+            # MACRO_ID_NORMAL: the raw value goes in (the rescan expands it); the default also
+            # replaces a macro whose raw value is empty.
             name, sep, default = body.partition(":")
-            name = name.strip()
-            if not _MACRO_NAME.match(name):
-                return None
-            value = self.value_of(name)
-            if value is None:
-                return default if sep else ""
-            return value
-        handler = _FUNCTIONS.get(func)
-        if handler is not None:
-            return handler(self, body)
-        if _FUNC_F.match(func):
-            return _path_function(self, func[1:], body)
-        return None  # not a function we know: HTCondor leaves it alone too
+            value = self.raw(name)
+            if sep and not value:
+                return default
+            return value or ""
+        if func == "ENV":
+            return _fn_env(self, body)
+        if func.startswith("F") and func not in _FUNCTIONS:
+            return _path_function(self, func[1:].lower(), body)
+        return _FUNCTIONS[func](self, body)
 
     # helpers for the functions
     def text_or_literal(self, arg: str) -> str:
@@ -452,11 +509,18 @@ def _fn_string(exp: _Expander, body: str) -> str:
 
 
 def _fn_eval(exp: _Expander, body: str) -> str:
-    """$EVAL: evaluated against the job when there is one; text that does not parse is kept as is."""
-    text = exp.text_or_literal(body)
+    """$EVAL: evaluated against the job when there is one (config.cpp evaluate_macro_func).
+
+    Text that does not parse becomes the macro-expanded text when it had ``$(...)`` in it, and
+    nothing otherwise.
+    """
+    name = body.strip()
+    raw = exp.raw(name) if _MACRO_NAME.match(name) else None
+    source = raw if raw is not None else body
+    text = exp.expand(source) if "$" in source else source
     expr = parse_old_expr(text)
     if expr is None:
-        return text
+        return text if "$" in source else ""
     value = evaluate_in(exp.ad if exp.ad is not None else classad2.ClassAd(), expr)
     if isinstance(value, str):
         return value

@@ -197,7 +197,7 @@ def test_default_and_undefined_macros():
     ad, _ = run('SET A $(nothing:5)\nSET B "[$(nothing)]"\nE =\nSET C "[$(E:x)]"')
     assert ad.eval("A") == 5
     assert ad.eval("B") == "[]"
-    assert ad.eval("C") == "[]"  # defined but empty is still defined
+    assert ad.eval("C") == "[x]"  # config.cpp MACRO_ID_NORMAL: an empty value takes the default too
 
 
 def test_dollar_dollar_is_kept_for_matchmaking_section_4_1():
@@ -437,3 +437,35 @@ def test_macro_set_shared_between_transforms_section_4_1():
     Transform.parse("Pre", "default_xcount = 4").apply(ad, macros)
     Transform.parse("Post", "EVALSET RequestCpus $(default_xcount:1)").apply(ad, macros)
     assert ad.eval("RequestCpus") == 4
+
+
+# ---- $EVAL, $(DOLLAR), defaults (config.cpp evaluate_macro_func; values checked with xform_oracle) --
+
+
+def test_eval_of_unparsable_text_is_empty_unless_it_was_expanded():
+    """$EVAL keeps the macro-expanded text when the text had $(...) in it, else expands to nothing."""
+    ad, _ = run('x = 3\nw = nope nope\nSET F $EVAL(x)\nSET G "$EVAL(Owner)"\nSET H "$EVAL(nope nope)"\n'
+                'SET I "$EVAL($(w))"', 'Owner = "pilot"')
+    assert ad.eval("F") == 3 and ad.eval("G") == "pilot" and ad.eval("H") == ""
+    # A function's body ends at the first ')': $EVAL gets "$(w", which stays as text, and the
+    # rescan then expands the "$(w)" that this leaves behind.
+    assert ad.eval("I") == "nope nope"
+
+
+def test_function_bodies_do_not_nest():
+    """next_config_macro: a function body runs to the first ')', so a reference inside it is cut
+    short (values as HTCondor's TransformClassAd gives them, via xform_oracle)."""
+    ad, _ = run('w = nope nope\nv = 2\nSET J $EVAL($(v)+1)\nSET K "$SUBSTR($(w),1)"')
+    assert "J" not in ad  # `$(v+1)` is left, which SET cannot parse
+    assert ad.eval("K") == ",1)"
+
+
+def test_dollar_macro_is_a_literal_dollar_after_expansion():
+    ad, _ = run('SET A "$$(Memory)"\nSET B "$(DOLLAR)(x)"\nx = y\n')
+    assert ad.eval("A") == "$$(Memory)" and ad.eval("B") == "$(x)"
+
+
+def test_default_replaces_an_empty_macro_too():
+    """MACRO_ID_NORMAL: `$(x:d)` uses d when x is undefined *or* its raw value is empty."""
+    ad, _ = run('x =\nSET A "$(x:dflt)"\ny = $(x)\nSET B "$(y:dflt2)"')
+    assert ad.eval("A") == "dflt" and ad.eval("B") == ""

@@ -106,3 +106,118 @@ def test_stock_ce_with_its_transforms_and_the_example_pilots(stock_ce_layout, tm
         text = path.read_text()
         wire.parse_old_ads(text, str(path))  # the example is a valid old-syntax ad
         compare(ce.condor_config, text, router)
+
+
+# Route bodies exercising one statement form each: every keyword, each $FUNC(), if/elif/else forms,
+# assignments (+=, self references, empty values with defaults), metadata lines, continuations.
+ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner = "pilot"\nRequestCpus = 2\n'
+             'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
+             'Tricky = "has $(w) inside"\n')
+BODIES = [
+    ('nested-functions', 'w = nope nope\nv = 2\nSET I "$EVAL($(w))"\nSET J $EVAL($(v)+1)\nSET K "$SUBSTR($(w),1)"\n'
+     'SET L "$INT($(v))"\nSET M "$ENV(HOME_NOPE:$(w))"'),
+    ('macro-in-my-value', 'SET A "$(MY.Tricky)"\nSET B "$(DOLLAR)(w) $(dollar)"'),
+    ('set-quoted-first', 'SET A "x y"'),
+    ('default-undef', 'DEFAULT Queue 1\nDEFAULT Nope undefined\nDEFAULT Nope2 3'),
+    ('copy-regex', 'COPY /^Max(.+)/ Copied\\1\nRENAME /^Request(.+)/ Req\\1\nDELETE /^want/'),
+    ('evalset-list', 'EVALSET L {1, 2, Owner}\nEVALSET C [a = 1; b = Owner]\nEVALSET U undefined\nEVALSET E error'),
+    ('evalmacro-list',
+     'EVALMACRO m {1, "a"}\n'
+     'SET L $(m)\n'
+     'EVALMACRO s strcat("x", Owner)\n'
+     'SET S "$(s)"\n'
+     'EVALMACRO r 1.5\n'
+     'SET Rl $(r)'),
+    ('eval-func',
+     'SET E $EVAL(RequestCpus * 2)\n'
+     'x = 3\n'
+     'SET F $EVAL(x)\n'
+     'SET G "$EVAL(Owner)"\n'
+     'SET H "$EVAL(nope nope)"'),
+    ('choice', 'list = a, b, c\nSET C "$CHOICE(1, list)"\nSET D "$CHOICE(2, x, y, z)"'),
+    ('substr', 'v = abcdef\nSET S "$SUBSTR(v, 2)"\nSET T "$SUBSTR(v, 1, 2)"\nSET U "$SUBSTR(v, -2)"'),
+    ('fname',
+     'f = /a/b/c.txt\n'
+     'SET A "$Fnx(f)"\n'
+     'SET B "$Fp(f)"\n'
+     'SET C "$Fd(f)"\n'
+     'SET D $Fq(f)\n'
+     'SET E "$BASENAME(f)"\n'
+     'SET G "$DIRNAME(f)"'),
+    ('plus-assign', 'x = a\nx += b\nx +,= c\nSET X "$(x)"'),
+    ('self-ref', 'x = 1\nx = $(x) 2\nSET X "$(x)"'),
+    ('my-attr', 'SET A "$(MY.Owner)"\nSET B $(MY.RequestCpus)\nSET C "$(MY.Nope:dflt)"\nSET D "$(MY.Environment)"'),
+    ('if-forms',
+     'if $(undefined_macro)\n'
+     ' SET A 1\n'
+     'else\n'
+     ' SET A 2\n'
+     'endif\n'
+     'if ! defined MY.Nope\n'
+     ' SET B 1\n'
+     'endif\n'
+     'if version >= 24.0\n'
+     ' SET C 1\n'
+     'endif\n'
+     'if defined MY.xcount\n'
+     ' SET D 1\n'
+     'elif true\n'
+     ' SET D 2\n'
+     'else\n'
+     ' SET D 3\n'
+     'endif'),
+    ('if-yes-no', 'if yes\n SET A 1\nendif\nif f\n SET B 1\nendif\nif 0.0\n SET C 1\nendif\nif 2\n SET D 1\nendif'),
+    ('if-colon', ':if true\n:SET A 1\nendif'),
+    ('evalmacro-if', 'EVALMACRO big $(MY.RequestCpus:0) > 1\nif $(big)\n SET Big true\nendif'),
+    ('name-line', 'NAME Other\nSET A 1'),
+    ('universe-vanilla', 'UNIVERSE vanilla\nSET A 1'),
+    ('universe-num', 'UNIVERSE 5\nSET A 1'),
+    ('target-universe-5', 'TargetUniverse = 5\nSET A 1'),
+    ('gridresource-macro', 'site = foo\nGridResource = "batch $(site)"'),
+    ('req-in-if', 'if false\nREQUIREMENTS false\nendif\nSET A 1'),
+    ('set-target', 'SET Requirements TARGET.Memory > 10 && MY.RequestCpus > 1'),
+    ('set-strings', 'SET P "a\\b"\nSET Q "\\"quoted\\""'),
+    ('evalset-strings', 'EVALSET P "a\\\\b"\nEVALSET Q strcat("x", "\\"")'),
+    ('copy-invalid', 'COPY Owner 1bad\nSET After 1'),
+    ('rename-missing', 'RENAME Nope Other\nDELETE Nope2\nSET After 1'),
+    ('comments-cont', '# c\nSET A strcat("x", \\\n  "y")\n# SET B 1\nSET C 1 \\\n# comment inside\n + 2'),
+    ('case-kw', 'set A 1\nEvalSet B 2\ncopy A C'),
+    ('maxjobs', 'MaxJobs = 5\nMaxIdleJobs = 2\nSET A 1'),
+    ('edit-in-place', 'EditJobInPlace = true\nSET A 1'),
+    ('transform-1', 'SET A 1\nTRANSFORM 1\nSET B 2'),
+    ('transform-space', 'SET A 1\nTRANSFORM \nSET B 2'),
+    ('eval-undefined-set', 'SET A $(nope)\nSET B "$(nope)"'),
+    ('int-real',
+     'v = 7\n'
+     'SET A $INT(v)\n'
+     'SET B $REAL(v)\n'
+     'w = 2.5\n'
+     'SET C $INT(w)\n'
+     'SET D $REAL(w)\n'
+     'SET E $INT(1+2)\n'
+     'SET F $REAL(true)'),
+    ('string-func', 'q = "a b"\nSET A "$STRING(q)"\nn = 12\nSET B "$STRING(n)"\nSET C "$STRING(n,x%sy)"'),
+    ('dollar-dollar', 'SET A "$$(Memory)"\nSET B "$(DOLLAR)"'),
+    ('empty-default', 'x =\nSET A "$(x:dflt)"\ny = $(x)\nSET B "$(y:dflt2)"'),
+    ('elif-complex', 'if defined MY.Nope\n SET A 1\nelif RequestCpus == 2\n SET A 2\nendif'),
+    ('elif-complex-false', 'if defined MY.Nope\n SET A 1\nelif RequestCpus == 3\n SET A 2\nelse\n SET A 3\nendif'),
+    ('if-true-then-complex-elif', 'if true\n SET A 1\nelif nonsense here\n SET A 2\nendif'),
+    ('if-bang-complex', 'if ! (RequestCpus == 3)\n SET A 1\nendif'),
+    ('if-defined-number', 'if defined 1\n SET A 1\nendif'),
+    ('if-macro-string', 'v = hello\nif $(v)\n SET A 1\nendif'),
+    ('if-my-true', 'if $(MY.WantWholeNode)\n SET A 1\nendif'),
+    ('evalset-macro-if', 'EVALMACRO q strcmp(Queue, "prod") == 0\nif $(q)\n SET IsProd true\nendif'),
+    ('set-no-value', 'SET A'),
+    ('delete-regex-bad', 'DELETE /(unclosed/\nSET After 1'),
+    ('regex-no-close', 'DELETE /abc\nSET After 1'),
+    ('nested-macro', 'a = b\nb_c = deep\nSET X "$($(a)_c)"'),
+]
+
+
+@pytest.mark.parametrize("label,body", BODIES, ids=[b[0] for b in BODIES])
+def test_route_body_same_as_htcondor(tmp_path, label, body):
+    config = ("JOB_ROUTER_ROUTE_R @=jrt\n  REQUIREMENTS true\n  GridResource = \"batch slurm\"\n"
+              f"{body}\n@jrt\nJOB_ROUTER_ROUTE_NAMES = R\n")
+    path = tmp_path / "condor_config"
+    path.write_text(config)
+    compare(path, ROUTE_JOB, RouterConfig.from_config(CondorConfig.from_text(config, str(path))))
