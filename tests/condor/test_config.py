@@ -514,3 +514,46 @@ def test_line_of_maps_offsets_to_physical_lines():
     assert h == "first\nsecond third"
     assert [c.line_of("H", h.index(w)) for w in ("first", "second", "third")] == [6, 8, 9]
     assert c.line_of("nope", 0) is None
+
+
+# ---- +=, metaknob arguments, the legacy warnings view ---------------------------------------
+
+
+def test_plus_equals_needs_its_equals_sign():
+    """config.cpp Parse_macros: '+' and an optional separator must be followed by '='."""
+    with pytest.raises(ConfigError, match=r"test.conf:2: syntax error, '\+' must be followed by '='"):
+        cfg_of("X = a\nX +- b\n")
+    with pytest.raises(ConfigError, match=r"illegal identifier: <X\+>"):
+        cfg_of("X+= b\n")  # no space: '+' is part of the name, as in HTCondor
+
+
+def test_plus_equals_keeps_line_numbers_of_the_new_text():
+    c = cfg_of("X = first\nX += second \\\n  third\n")
+    assert c.raw("X") == "first second third"
+    assert c.line_of("X", 0) == 2 and c.line_of("X", len("first second ")) == 3
+
+
+def test_metaknob_arguments_expand_like_expand_meta_args():
+    """config.cpp expand_meta_args: $(0) all, $(N), $(N+) from N on, $(0#) count, $(N?) 1/0, :default."""
+    from ce_k8s.condor.config import _expand_meta_args, _metaknob_items
+
+    text = "A=$(0)|B=$(1)|C=$(2+)|D=$(0#)|E=$(3?)|F=$(4:dflt)|G=$(2?)"
+    assert _expand_meta_args(text, "x, y ,z") == "A=x, y ,z|B=x|C=y, z|D=3|E=1|F=dflt|G=1"
+    assert _expand_meta_args("$(1?) $(1:none)", "") == "0 none"
+    assert _metaknob_items("recommended, Foo(a, (b, c)) Bar") == [
+        ("recommended", None), ("Foo", "a, (b, c)"), ("Bar", None)]
+
+
+def test_warnings_view_shows_warnings_and_errors_and_appends_warnings():
+    c = cfg_of("B : two\n")
+    assert c.warnings == ["test.conf:1: obsolete use of ':' for parameter assignment at B : two"]
+    c.warnings.append("x.conf:3: something")
+    c.warnings.extend(["y.conf:4: more"])
+    assert [(d.file, d.line, d.severity) for d in c.diagnostics[1:]] == [
+        ("x.conf", 3, Severity.WARNING), ("y.conf", 4, Severity.WARNING)]
+    assert len(c.warnings) == 3 and c.copy().warnings == list(c.warnings)
+
+
+def test_origin_via_is_not_part_of_equality():
+    assert Origin("f", 1, "use security : recommended") == Origin("f", 1)
+    assert str(Origin("f", 1, "anything")) == "f:1"

@@ -140,3 +140,18 @@ def test_reader_agrees_with_htcondor2_param(tmp_path):
     assert got["ROUTE"] == 'SET Foo "bar-"\nSET Baz 1\nH = x y'
     assert got["ORDER"] == " a b n"
     assert got["C"] == "1 two  [dflt] /home/oracle UNDEFINED edef $$(A) "
+
+
+def test_htcondor_reader_values_keep_our_line_maps(tmp_path):
+    """load(run_commands=True): values from HTCondor's reader, file:line and @= line maps from ours."""
+    main = _tree(tmp_path)
+    env = {"CONDOR_CONFIG": str(main), "ORACLE_HOME": "/home/oracle", "PATH": "/usr/bin:/bin"}
+    expected = _oracle(main, env)
+    both = CondorConfig.load(main, environ={"ORACLE_HOME": "/home/oracle", "PATH": "/usr/bin:/bin"},
+                             run_commands=True)
+    assert both.read_by_htcondor
+    assert {n: both.get(n) for n in KNOBS} == expected
+    ours = CondorConfig.load(main, environ={"ORACLE_HOME": "/home/oracle"})
+    assert both.raw_lines("ROUTE") == ours.raw_lines("ROUTE") and len(both.raw_lines("ROUTE")) == 3
+    assert both.origin("ORDER") == ours.origin("ORDER")
+    assert both.line_of("H", len("line1 line2 ")) == ours.line_of("H", len("line1 line2 "))
