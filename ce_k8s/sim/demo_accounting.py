@@ -11,23 +11,15 @@ and `check()` reads the history files the way HTCondor-CE's APEL script does (`c
 
 from __future__ import annotations
 
-import calendar
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ce_k8s.agent.podinfo import parse_time
+
 WALL_TOLERANCE = 1.0      # the containers' timestamps have whole seconds
-
-
-def _epoch(ts: object) -> int | None:
-    if not isinstance(ts, str) or len(ts) < 19:
-        return None
-    try:
-        return calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -63,13 +55,13 @@ class AttemptWitness:
                     continue
                 state = cs.get("state") or {}
                 run = state.get("running") or state.get("terminated") or {}
-                started = _epoch(run.get("startedAt"))
+                started = parse_time(run.get("startedAt"))
                 if started is None:
                     continue
                 if a is None:
                     a = self.attempts[uid] = Attempt(str(meta.get("name")))
                 a.started = started
-                a.finished = _epoch((state.get("terminated") or {}).get("finishedAt")) or a.finished
+                a.finished = parse_time((state.get("terminated") or {}).get("finishedAt")) or a.finished
             if a is not None and self.kubelet is not None:
                 key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
                 meter = self.kubelet.usage.meters(key).get("pilot")
