@@ -1,9 +1,10 @@
 """``ce-k8s route --jobads FILE``: which route takes each pilot, and what the backend gets.
 
-A dry run of the CE's job router with its real semantics (jobrouter-protocol.md §2.2, §4) and,
+A dry run of the CE's job router with its real semantics (docs/hook-protocol.md §2.2, §4) and,
 past the router, of ce-k8s itself: the translate hook's logic runs in-process, then VanillaToGrid
 and every transform, then the pod builder. What ``condor_job_router_info`` cannot show (it never
-calls hooks and knows nothing of pods, §5) is shown here, from the same config files a CE reads.
+calls hooks and knows nothing of pods, docs/hook-protocol.md §5) is shown here, from the same
+config files a CE reads.
 
 Every finding has the router's severity (docs/routes.md, "Severity: errors, warnings, notes"): an
 error is something the real router would fail or refuse (a transform that fails, a translate hook

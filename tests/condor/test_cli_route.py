@@ -15,7 +15,7 @@ EXAMPLES = ROOT / "examples"
 
 
 def test_readme_first_command_shows_route_summary_ad_and_pod(capsys):
-    """The README's first command: route taken, §1.5 values, the routed ad and the pod."""
+    """The README's first command: route taken, docs/htcondor-ce.md §1.5 values, the routed ad and the pod."""
     assert main(["route", "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Job 1234567.3: route Pilots\n")
@@ -25,7 +25,7 @@ def test_readme_first_command_shows_route_summary_ad_and_pod(capsys):
         assert line in out.splitlines(), line
     assert "  pod ce-k8s-pilots/" in out and "priorityClassName: ce-k8s-pilot" in out
     assert "  secret (data redacted):" in out and "<redacted" in out
-    # submit_job drops the secure attributes; the renamed copies survive (§2.2 step 5).
+    # submit_job drops the secure attributes; the renamed copies survive (docs/hook-protocol.md §2.2 step 5).
     assert "    AuthTokenIssuer =" not in out and "    orig_AuthTokenIssuer =" in out
 
 
