@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import classad2
 
+from ce_k8s.condor.config import _is_dollar, _next_macro
 from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.wire import unparse_old
 from ce_k8s.condor.xform_cond import ConditionContext, ConditionError, IfStack, test_condition
@@ -283,85 +284,21 @@ def _my_attr_text(ad: classad2.ClassAd | None, attr: str) -> str | None:
     return text
 
 
-_SPECIAL_FUNCTIONS = frozenset({"ENV", "RANDOM_CHOICE", "RANDOM_INTEGER", "CHOICE", "SUBSTR", "INT", "REAL",
-                                "STRING", "EVAL", "BASENAME", "DIRNAME"})
-_COLON_DEFAULT_EXTRA = "$ ,\\:"  # COLON_DEF_EXTRACHARSET
 _DOLLAR_REF = re.compile(r"(?<!\$)\$\((?i:DOLLAR)\)")
-
-
-def _is_idchar(ch: str) -> bool:
-    """condor_isidchar: ASCII letters, digits, ``_``, ``.`` and ``/``."""
-    return ch.isascii() and (ch.isalnum() or ch in "_./")
-
-
-def _macro_kind(prefix: str) -> str | None:
-    """is_config_macro: ``$`` is a macro, ``$$`` is not, ``$F...`` a file-name function, then the
-    named functions (case-sensitive); "idchars" bodies are names, "anything" bodies run to ``)``."""
-    if prefix == "$":
-        return "idchars"
-    if prefix.startswith("$$"):
-        return None
-    name = prefix[1:]
-    if name.startswith("F") and all(c.lower() in "pnxdqabfwu" for c in name[1:]):
-        return "anything"
-    if name in _SPECIAL_FUNCTIONS:
-        return "idchars" if name == "ENV" else "anything"
-    return None
 
 
 def _next_reference(text: str) -> tuple[int, str, int, int] | None:
     """next_config_macro: the leftmost ``$name(...)`` reference as (start, name, body start, ``)``).
 
-    A function's body runs to the first ``)`` (no nesting: ``$INT($(x))`` has the body ``$(x``);
-    a plain ``$(...)`` body must be a name (then ``:default``), otherwise the scan goes on inside
-    it, which is how ``$($(a)_b)`` expands the inner reference first. ``$(DOLLAR)`` is skipped.
+    The configuration reader scans the same way (config.cpp serves both), so its scanner is used:
+    a function's body runs to the first ``)`` (``$INT($(x))`` has the body ``$(x``); a plain
+    ``$(...)`` body must be a name (then ``:default``), otherwise the scan goes on inside it, which
+    is how ``$($(a)_b)`` expands the inner reference first; ``$(DOLLAR)`` is skipped (replaced last).
     """
-    n = len(text)
-    i = 0
-    while True:
-        dollar = text.find("$", i)
-        if dollar < 0:
-            return None
-        p = dollar + 1
-        if p < n and text[p] == "$":
-            p += 1
-        while p < n and text[p].isascii() and (text[p].isalnum() or text[p] == "_"):
-            p += 1
-        kind = _macro_kind(text[dollar:p]) if p < n and text[p] == "(" else None
-        if kind is None:
-            i = max(p, dollar + 1)
-            continue
-        body = p + 1
-        j = body
-        if kind == "anything":
-            j = text.find(")", body)
-            j = n if j < 0 else j
-        else:
-            after_colon = False
-            while j < n and text[j] != ")":
-                ch = text[j]
-                j += 1
-                if ch == ":" and not after_colon:
-                    after_colon = True
-                    continue
-                if after_colon:
-                    if ch == "(":
-                        close = text.find(")", j)
-                        if close >= 0:
-                            j = close + 1
-                            continue
-                    elif ch in _COLON_DEFAULT_EXTRA:
-                        continue
-                if not _is_idchar(ch):
-                    j = -1
-                    break
-        if j < 0 or j >= n:
-            i = body  # not a complete reference: look for one inside it
-            continue
-        if kind == "idchars" and p == dollar + 1 and text[body:j].upper() == "DOLLAR":
-            i = j  # $(DOLLAR) is replaced last
-            continue
-        return dollar, text[dollar + 1 : p], body, j
+    found = _next_macro(text, 0, _is_dollar)
+    if found is None:
+        return None
+    return found.start, found.func, found.end - 1 - len(found.body), found.end - 1
 
 
 def _split_args(body: str) -> list[str]:
