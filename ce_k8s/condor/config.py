@@ -561,7 +561,7 @@ class CondorConfig:
             if pending is None:
                 raise
             result = pending.result()
-            if result.error is not None:
+            if result.error is not None or result.unavailable is not None:
                 raise
             # HTCondor read what this parser could not (e.g. a path only a command's output defines):
             # HTCondor is the reference, so its values are used, with its own origins.
@@ -591,6 +591,11 @@ class CondorConfig:
         """Take every value from HTCondor's reader, keeping our origin and line map where we agree."""
         from ce_k8s.condor import htconfig
 
+        if result.unavailable is not None:
+            self._diag(Severity.NOTE, Origin(self.sources[0] if self.sources else "<config>", 0),
+                       f"HTCondor's own reader could not run ({result.unavailable}); the values are ce-k8s's own")
+            self._commands_skipped = "HTCondor's reader could not run"
+            return
         if result.error is not None:
             where = Origin(self.sources[0] if self.sources else "<config>", 0)
             for line, command in self.commands:  # HTCondor names a failing command by its source text

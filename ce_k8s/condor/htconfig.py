@@ -42,12 +42,21 @@ ENVIRONMENT_SOURCE = "<Environment>"
 
 # Runs in ``python -I``: imports only htcondor2, ctypes, glob, json, os, sys.
 _CHILD = r"""
-import ctypes, glob, json, os, sys
-import htcondor2
-htcondor2.set_subsystem(sys.argv[1])
-htcondor2.reload_config()
-libs = os.path.join(os.path.dirname(os.path.dirname(htcondor2.__file__)), "htcondor.libs")
-lib = ctypes.CDLL(sorted(glob.glob(os.path.join(libs, "libcondor_utils*.so*")))[0])
+import sys
+try:
+    import ctypes, glob, json, os
+    import htcondor2
+    htcondor2.set_subsystem(sys.argv[1])
+except Exception as exc:
+    sys.stderr.write("cannot start HTCondor's reader: %r" % (exc,))
+    sys.exit(%(unavailable)d)
+htcondor2.reload_config()  # on a configuration it refuses, HTCondor prints why and exits 1
+try:
+    libs = os.path.join(os.path.dirname(os.path.dirname(htcondor2.__file__)), "htcondor.libs")
+    lib = ctypes.CDLL(sorted(glob.glob(os.path.join(libs, "libcondor_utils*.so*")))[0])
+except Exception as exc:
+    sys.stderr.write("cannot load libcondor_utils: %r" % (exc,))
+    sys.exit(%(unavailable)d)
 
 class Meta(ctypes.Structure):
     _fields_ = [("param_id", ctypes.c_short), ("index", ctypes.c_short), ("flags", ctypes.c_int),
@@ -55,7 +64,11 @@ class Meta(ctypes.Structure):
                 ("source_meta_id", ctypes.c_short), ("source_meta_off", ctypes.c_short)]
 
 def fn(name, restype, *argtypes):
-    f = getattr(lib, name)
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        sys.stderr.write("libcondor_utils has no %s" % name)
+        sys.exit(%(unavailable)d)
     f.restype = restype
     f.argtypes = list(argtypes)
     return f
@@ -79,6 +92,9 @@ def visit(user, it):
 each(0, CALLBACK(visit), None)  # defaults too: a file setting a knob to its default is recorded as one
 sys.stdout.write(json.dumps({"version": htcondor2.version(), "knobs": rows}))
 """
+#: The child's exit status when HTCondor's reader cannot run at all (not HTCondor refusing the configuration).
+UNAVAILABLE_STATUS = 3
+_CHILD = _CHILD.replace("%(unavailable)d", str(UNAVAILABLE_STATUS))
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,7 @@ class HTReadResult:
 
     knobs: list[HTKnob] = field(default_factory=list)
     error: str | None = None
+    unavailable: str | None = None  # why HTCondor's reader could not run at all (no wheel, no symbol)
     version: str | None = None
     synthetic_root: str | None = None  # the root file written for a directory input (not the CE's)
 
@@ -123,6 +140,9 @@ class PendingRead:
             if self._tmpdir is not None:
                 self._tmpdir.cleanup()
         message = err.decode("utf-8", "replace").strip()
+        if self._proc.returncode == UNAVAILABLE_STATUS:
+            return HTReadResult(unavailable=message or "HTCondor's reader could not start",
+                                synthetic_root=self._root)
         if self._proc.returncode != 0:
             return HTReadResult(error=message or f"HTCondor's configuration reader exited with status "
                                 f"{self._proc.returncode}", synthetic_root=self._root)
@@ -135,7 +155,7 @@ class PendingRead:
             log.debug("HTCondor's configuration reader said: %s", message)
         knobs = [HTKnob(row[0], row[1] if row[1] is not None else "", row[2] or "", int(row[3] or 0), int(row[4]))
                  for row in data["knobs"]]
-        return HTReadResult(knobs, None, data.get("version"), self._root)
+        return HTReadResult(knobs, version=data.get("version"), synthetic_root=self._root)
 
 
 def start_reader(root: str | None = None, dirs: Sequence[Path] = (), *, environ: Mapping[str, str] | None = None,

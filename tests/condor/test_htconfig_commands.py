@@ -172,3 +172,28 @@ def test_subsystem_is_the_job_router(tmp_path):
     assert cfg.raw("K") == "router"  # lookup_macro: SUBSYS.NAME first
     ours = CondorConfig.load(root)
     assert ours.raw("K") == "router" and ours.get("S") == "JOB_ROUTER"
+
+
+def test_htcondor_is_the_reference_when_our_parser_stops(tmp_path):
+    """$RANDOM_CHOICE() is HTCondor's and not ours: our parser stops at the `if`, HTCondor's reads on,
+    and its values are used (a NOTE names where ours stopped)."""
+    root = tmp_path / "condor_config"
+    root.write_text("R = $RANDOM_CHOICE(1,1)\nif $(R)\n  PICKED = yes\nendif\nB @=end\n  x\n@end\n")
+    cfg = load(root, environ=env())
+    assert cfg.read_by_htcondor and cfg.raw("PICKED") == "yes" and cfg.raw("B") == "x"
+    [note] = cfg.diagnostics
+    assert (note.file, note.line, note.severity) == (str(root), 2, Severity.NOTE)
+    assert cfg.origin("PICKED") == Origin(str(root), 3)
+
+
+def test_a_reader_that_cannot_start_leaves_our_values(tmp_path, monkeypatch):
+    """No usable htcondor wheel in the child: not HTCondor refusing the configuration, just a NOTE."""
+    monkeypatch.setattr(htconfig, "_CHILD", f"import sys\nsys.stderr.write('no wheel')\n"
+                                            f"sys.exit({htconfig.UNAVAILABLE_STATUS})\n")
+    root = tmp_path / "condor_config"
+    root.write_text("A = 1\ninclude command : /bin/echo B = 2\n")
+    cfg = load(root, environ=env())
+    assert not cfg.read_by_htcondor and cfg.raw("A") == "1" and cfg.raw("B") is None
+    assert [d.severity for d in cfg.diagnostics] == [Severity.NOTE, Severity.NOTE]
+    assert "could not run (no wheel)" in cfg.diagnostics[0].message
+    assert "it was not run (HTCondor's reader could not run)" in cfg.diagnostics[1].message
