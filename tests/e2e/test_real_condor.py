@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -278,3 +279,104 @@ def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
     assert differ == {}
     assert mine["managed"] == "ScheddDone"
 
+
+
+# ------------------------------------------------------------------ dry run on a stock HTCondor-CE
+#: The real router here is Debian 13's condor 23.9; `ce-k8s route` models the same version.
+REAL_VERSION = "23.9.6"
+
+
+def _real_router_version(env: RealCondor) -> str:
+    out = env.run(["condor_version"]).stdout
+    return out.split()[1]
+
+
+@pytest.fixture(scope="module")
+def stock_ces(env, stock_ce_layout):
+    """Two copies of the stock HTCondor-CE layout (tests/fixtures/stock_ce) under the bed's state
+    directory, which the root sees at the same path, so both tools read the same files and run the
+    same `condor_ce_router_defaults` (the root's python3 for the real router, the host's for ours):
+
+    * ``batch``: every batch package installed, as shipped (the Slurm route is the enabled one);
+    * ``k8s``: the same plus `ce-k8s install` (our knobs and routes, after every batch file).
+
+    One line is changed, and it does not touch routing: HTCondor-CE 25's
+    01-common-auth-defaults.conf says `use security:recommended`, a metaknob HTCondor 23.9 does not
+    have (its reader stops: "use security:recommended: does not recognise recommended"), so that line
+    is commented out in both copies; the knobs it sets are SEC_* only.
+    """
+    assert _real_router_version(env) == REAL_VERSION
+    made = {}
+    for name in ("batch", "k8s"):
+        ce = stock_ce_layout.copy_stock_ce(env.state_dir / "stock-ce" / name)
+        auth = ce.defaults_dir / "01-common-auth-defaults.conf"
+        text = auth.read_text()
+        assert "use security:recommended" in text
+        auth.write_text(text.replace("use security:recommended", "# use security:recommended"))
+        if name == "k8s":
+            hooks = ce.root / "hooks"
+            hooks.mkdir()
+            proc = subprocess.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "install", "--config-dir",
+                                   str(ce.config_dir), "--hooks-dir", str(hooks)],
+                                  capture_output=True, text=True, check=False)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        made[name] = ce
+    return made
+
+
+def _real_routed(env: RealCondor, config: Path, ad_file: Path):
+    """The real 23.9 router's routed ad for one job, or None when no route takes it."""
+    import classad2
+
+    out = ad_file.with_suffix(".real")
+    out.unlink(missing_ok=True)
+    proc = env.run(["/usr/bin/env", f"CONDOR_CONFIG={config}", "condor_job_router_info", "-jobads",
+                    str(ad_file), "-route-jobs", str(out)], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text() if out.exists() else ""
+    return classad2.parseOne(text, classad2.ParserType.Old) if text.strip() else None
+
+
+@pytest.mark.parametrize("layout", ["batch", "k8s"])
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.ad")))
+def test_ce_k8s_route_agrees_with_the_real_router_on_a_stock_ce(env, stock_ces, layout, example):
+    """On HTCondor-CE's own configuration, with the CE's condor_ce_router_defaults run by both,
+    `ce-k8s route --htcondor-version 23.9.6` gives every example pilot the route and the routed ad
+    attribute by attribute (Environment included) that the real condor_job_router_info gives;
+    a Kubernetes route's ad differs only by what our translate hook sets (the tool runs no hook)."""
+    from ce_k8s.condor.routing import submit_edits
+    from ce_k8s.condor.wire import to_json_dict
+
+    ce = stock_ces[layout]
+    work = ce.root / "jobs"
+    work.mkdir(exist_ok=True)
+    ad_file = work / example
+    ad_file.write_text("".join(ln for ln in (EXAMPLES / example).read_text().splitlines(keepends=True)
+                               if not ln.startswith("#")))
+    real_ad = _real_routed(env, ce.condor_config, ad_file)
+    proc = subprocess.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "route", "--config", str(ce.condor_config),
+                           "--htcondor-version", REAL_VERSION, "--jobads", str(ad_file), "--json"],
+                          capture_output=True, text=True, check=False)
+    ours = json.loads(proc.stdout)[0]
+    assert proc.returncode == 0, proc.stderr
+    assert ours["errors"] == []
+    if real_ad is None:
+        assert ours["route"] is None, f"the real router routes nothing, ce-k8s route says {ours['route']}"
+        return
+    submit_edits(real_ad)        # what submit_job() does after the tool printed the ad (see above)
+    assert ours["route"] == real_ad.eval("RouteName")
+    real = {k.lower(): v for k, v in to_json_dict(real_ad).items()}
+    mine = {k.lower(): v for k, v in ours["routed_ad"].items()}
+    # the tool's claim_job stub writes Managed/ManagedManager into the source ad it then copies
+    # (job_router_info.cpp); the daemon claims the source job in the schedd instead
+    ours_only = {"managed", "managedmanager"}
+    if ours["pod"] is None:      # another backend's route: translate passes the ad through untouched
+        assert "managed" not in mine
+    else:
+        assert mine["managed"] == "ScheddDone"
+        ours_only |= {"k8sattempt", "k8spodname", "k8ssourceglobaljobid"}
+    assert sorted(set(real) - set(mine) - ours_only) == []
+    assert sorted(set(mine) - set(real) - ours_only) == []
+    differ = {k: (real[k], mine[k]) for k in set(real) & set(mine) - ours_only if real[k] != mine[k]}
+    assert differ == {}
+    assert "CONDORCE_COLLECTOR_HOST=" in mine["environment"]       # the command's Env transform ran
