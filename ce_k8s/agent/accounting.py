@@ -148,6 +148,7 @@ class UsageCollector:
         self._nodes_at = 0.0
         self._nodes_forbidden = False
         self._finals: dict[str, PodInfo] = {}
+        self._settling: set[str] = set()             # pods being settled right now (one thread each)
         self._node_read: dict[str, float] = {}       # node -> time.time() of its last good read
         self._queued: dict[str, float] = {}          # pod name -> when an update first waited for it
         self._urgent: set[str] = set()                # nodes to read now (a pod there is terminating)
@@ -279,16 +280,23 @@ class UsageCollector:
 
     def _settle_one(self, pod: PodInfo) -> None:
         with self._lock:
-            if pod.name in self.records or pod.started_at is None:
+            # The collector thread and an output-saving worker may both get here for one pod: only
+            # one of them settles it (and so writes its history file).
+            if pod.name in self.records or pod.name in self._settling or pod.started_at is None:
                 self._finals.pop(pod.name, None)
                 return
+            self._settling.add(pod.name)
             u = self.usage.get(pod.name) or AttemptUsage(pod.uid, pod.node)
             u.final = True
             self._finals.pop(pod.name, None)
-        record = self.build(pod, u)
-        if record is None:
-            return
-        self.records[pod.name] = record
+        try:
+            record = self.build(pod, u)
+            if record is None:
+                return
+            self.records[pod.name] = record
+        finally:
+            with self._lock:
+                self._settling.discard(pod.name)
         if self.on_final is not None:
             try:
                 self.on_final(record)
