@@ -362,10 +362,16 @@ def differences_from_ce_k8s(config, job_text: str, ce_config=None, workdir: Path
     if ours["route"] != oracle.route:
         return [f"ce-k8s routes the job to {ours['route']!r}, HTCondor to {oracle.route!r} "
                 f"({oracle.notes + oracle.errors})"]
-    if oracle_ad is None:
-        if ours["routed_ad"]:
-            return [f"HTCondor gives up on the job ({oracle.errors}); ce-k8s routes it"]
+    if oracle.route is None:
         return []
+    if oracle_ad is None:
+        problems = []
+        if not ours.get("errors"):
+            problems.append(f"HTCondor gives up on the job ({oracle.errors}); ce-k8s reports no error")
+        if ours["routed_ad"]:
+            problems.append(f"HTCondor gives up on the job ({oracle.errors}) and submits nothing; ce-k8s route "
+                            f"--json still shows a routed_ad (errors: {ours.get('errors')})")
+        return problems
     if not ours["routed_ad"]:
         return [f"ce-k8s gives no routed ad ({ours.get('errors')}); HTCondor routes it"]
     return ad_differences(json_ad(ours["routed_ad"]), oracle_ad)
