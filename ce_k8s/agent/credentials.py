@@ -103,9 +103,12 @@ class CredentialState:
     refreshes: int = 0                        # Secret patches that carried a new credential
 
 
-def credential_paths(attrs: dict[str, str]) -> tuple[str, ...]:
-    """The absolute credential paths the scanned routed ad names (relative ones below `Iwd`)."""
+def credential_paths(attrs: dict[str, str], spool: str) -> tuple[str, ...]:
+    """The absolute credential paths the scanned routed ad names (relative ones below `Iwd`), only
+    those below the spool: the agent does not even `lstat` a path a caller names elsewhere (a
+    `ScitokensFile` outside the spool is the factory's own token, never in the Secret)."""
     iwd = adtext.unquote(attrs.get("iwd")) or ""
+    root = posixpath.normpath(spool) + "/"
     paths = []
     for name in ("x509userproxy", "scitokensfile"):
         value = adtext.unquote(attrs.get(name))
@@ -115,7 +118,9 @@ def credential_paths(attrs: dict[str, str]) -> tuple[str, ...]:
             if not iwd.startswith("/"):
                 continue
             value = posixpath.join(iwd, value)
-        paths.append(value)
+        value = posixpath.normpath(value)
+        if value.startswith(root):
+            paths.append(value)
     return tuple(paths)
 
 
@@ -163,10 +168,10 @@ class CredentialRefresher:
         if cs is None:
             cs = rec.cred = CredentialState()
         if cs.paths is None:
-            cs.paths = credential_paths(attrs)
+            cs.paths = credential_paths(attrs, self.agent.settings.spool)
         if not cs.paths:
             return
-        seen = tuple(signature(p) for p in cs.paths)
+        seen = tuple(map(signature, cs.paths))
         if seen == cs.taken or cs.busy or now < cs.next_try or None in seen:
             return          # unchanged, already queued, backing off, or a file is gone (nothing to copy)
         since = cs.since if cs.since is not None else (pod.created + RESTART_MARGIN_S if pod.created else None)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ce_k8s import protocol
+from ce_k8s.agent.credentials import credential_paths
 from ce_k8s.pods.names import pod_name, secret_name
 
 from .conftest import GJID, apply_output, make_spool, new_agent, routed_ad, text_of, wait
@@ -223,3 +224,14 @@ def test_finished_pod_gets_no_refresh(agent, server, settings):
     update(agent, ad)
     settled(agent)
     assert server.calls[("patch", "secrets")] == 0 and secret_file(server) == b"PROXY"
+
+
+def test_only_paths_below_the_spool_are_watched():
+    """A path the caller names elsewhere (a factory-side ScitokensFile, or /etc/shadow) is never
+    even stat'ed; relative names are taken below Iwd."""
+    attrs = {"x509userproxy": '"x509up"', "iwd": '"/spool/1/0/cluster1.proc0.subproc0"',
+             "scitokensfile": '"/etc/shadow"'}
+    assert credential_paths(attrs, "/spool") == ("/spool/1/0/cluster1.proc0.subproc0/x509up",)
+    attrs = {"x509userproxy": '"/spool/../etc/shadow"', "scitokensfile": '"/spool/1/0/c/token"'}
+    assert credential_paths(attrs, "/spool/") == ("/spool/1/0/c/token",)
+    assert credential_paths({"x509userproxy": '"x509up"'}, "/spool") == ()     # relative, and no Iwd
