@@ -34,6 +34,7 @@ _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 CE_SPOOL = "/var/lib/condor-ce/spool"  # HTCondor-CE's packaged SPOOL ($(LOCAL_DIR)/lib/condor-ce/spool)
 CE_ROUTED_JOB_MAX_TIME = 4320  # HTCondor-CE's ROUTED_JOB_MAX_TIME (01-ce-router-defaults.conf), minutes
 BUILT_IN = "built-in default"
+AGENT_LOG_NAME = "CeK8sAgentLog"  # in the CE's LOG directory, named as HTCondor names its daemons' logs
 
 
 class ConfigSource(Protocol):
@@ -81,6 +82,7 @@ class Settings:
     cpu_limit: str = "request"                # CE_K8S_CPU_LIMIT (default of K8sCpuLimit)
     grid_resource: str = "batch k8s"          # CE_K8S_GRID_RESOURCE (GridResource prefix of our routes)
     disable_pilot_ads: bool = False           # DISABLE_PILOT_ADS (the CE's own knob)
+    agent_log: str = ""                       # CE_K8S_AGENT_LOG (default: $(LOG)/CeK8sAgentLog; "" = stderr only)
     per_job_history_dir: str = ""             # CE_K8S_PER_JOB_HISTORY_DIR ("" = off; APEL, docs/accounting.md)
     usage_interval: float = 60.0              # CE_K8S_USAGE_INTERVAL (s between kubelet Summary reads)
     # field name -> which knob gave the value and where it was set ("SPOOL (/etc/condor-ce/...:35)");
@@ -133,6 +135,7 @@ class Settings:
             cpu_limit=r.cpu_limit("CE_K8S_CPU_LIMIT", d.cpu_limit),
             grid_resource=r.grid_resource("CE_K8S_GRID_RESOURCE", d.grid_resource),
             disable_pilot_ads=disable_ads,
+            agent_log=r.agent_log("CE_K8S_AGENT_LOG"),
             per_job_history_dir=(r.abspath("CE_K8S_PER_JOB_HISTORY_DIR", "/")
                                  if r.text("CE_K8S_PER_JOB_HISTORY_DIR", "") else ""),
             usage_interval=r.real("CE_K8S_USAGE_INTERVAL", d.usage_interval, 0.1, 86400.0),
@@ -317,6 +320,24 @@ class _Reader:
             return parse_submit_env(value)
         except ArgsError as exc:
             raise self.fail(knob, f"not a valid environment string: {exc}") from None
+
+    def agent_log(self, knob: str) -> str:
+        """The agent's log file: the knob (an absolute path, or `none` for stderr only), else the
+        CE's log directory (`$(LOG)/CeK8sAgentLog`), else "" (no CE: stderr only).
+
+        Why: condor_master starts the agent as a non-DaemonCore daemon, whose stderr goes nowhere,
+        so without a file the agent's log is lost on a CE (docs/install.md, "5. Start the agent").
+        """
+        value = self.raw(knob)
+        if value is not None:
+            self.note("agent_log", knob)
+            return "" if value.lower() == "none" else self.abspath(knob, "")
+        log_dir = self.raw("LOG")
+        if log_dir is None or not log_dir.startswith("/"):
+            self.origins["agent_log"] = BUILT_IN
+            return ""
+        self.origins["agent_log"] = f"{self.describe('LOG')} + /{AGENT_LOG_NAME}"
+        return log_dir.rstrip("/") + "/" + AGENT_LOG_NAME
 
     def cpu_limit(self, knob: str, default: str) -> str:
         value = self.text(knob, default)

@@ -83,6 +83,26 @@ def api_client_for(kubeconfig: str | None, pool_size: int | None = None):
     return client.ApiClient(conf)
 
 
+def log_to_file(path: str) -> logging.Handler | None:
+    """Also log to `path` (`Settings.agent_log`, the CE's LOG directory by default).
+
+    Why: condor_master runs the agent as a non-DaemonCore daemon and keeps nothing of its stderr.
+    WatchedFileHandler reopens the file after logrotate moves it. A file that cannot be opened is
+    one line on stderr, not a reason to stop serving the hooks.
+    """
+    from logging.handlers import WatchedFileHandler
+
+    try:
+        handler = WatchedFileHandler(path)
+    except OSError as exc:
+        print(f"ce-k8s agent: cannot open the log {path}: {exc.strerror or exc}; logging to stderr only",
+              file=sys.stderr)
+        return None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
 def run(args: argparse.Namespace) -> int:
     if args.verbose:
         logging.getLogger("ce_k8s").setLevel(logging.INFO)
@@ -91,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:   # ConfigError / SettingsError / OptionsError carry file:line
         print(f"ce-k8s agent: {exc}", file=sys.stderr)
         return 2
+    if settings.agent_log and not args.install_hooks:
+        log_to_file(settings.agent_log)
     overrides = {k: v for k, v in (("socket", args.socket), ("spool", args.spool)) if v}
     if args.kubeconfig:
         overrides["kubeconfig"] = args.kubeconfig

@@ -241,6 +241,8 @@ CE_K8S_OUTPUT_DIR = {state}/output
 CE_K8S_KUBECONFIG = {state}/kubeconfig
 CE_K8S_CE_NAME = real-condor-testbed
 CE_K8S_METRICS_ADDRESS =
+# the wrapper already appends the agent's stderr to $(LOG)/CeK8sAgentLog: no second writer
+CE_K8S_AGENT_LOG = none
 CE_K8S_GC_GRACE = 30
 CE_K8S_HOOK_TIMEOUT = 30
 

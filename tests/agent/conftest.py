@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -131,3 +135,19 @@ def wait(predicate, timeout=5.0, interval=0.02):
 
 def replace_settings(settings, **changes):
     return dataclasses.replace(settings, **changes)
+
+
+@contextlib.contextmanager
+def agent_process(server, tmp_root: Path, config: Path):
+    """`ce-k8s agent --config CONFIG` as condor_master runs it, serving on tmp_root/run/agent.sock
+    once the context is entered; SIGTERM on exit, which must end it with status 0."""
+    sock = tmp_root / "run" / "agent.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.cli", "agent", "--config", str(config),
+                             "--kubeconfig", server.kubeconfig_path, "--socket", str(sock),
+                             "--spool", str(tmp_root / "spool")], stderr=subprocess.PIPE)
+    try:
+        wait(lambda: sock.exists(), timeout=20)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, proc.stderr.read()

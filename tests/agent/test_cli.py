@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,27 +13,20 @@ import pytest
 from ce_k8s import protocol
 from ce_k8s.cli import main as cli_main
 
-from .conftest import wait
+from .conftest import agent_process, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_agent_subprocess_serves_and_stops_on_sigterm(server, tmp_root):
     sock = tmp_root / "run" / "agent.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.cli", "agent", "--config", str(ROOT / "config.d"),
-                             "--kubeconfig", server.kubeconfig_path, "--socket", str(sock),
-                             "--spool", str(tmp_root / "spool")], stderr=subprocess.PIPE)
-    try:
-        wait(lambda: sock.exists(), timeout=20)
+    with agent_process(server, tmp_root, ROOT / "config.d"):   # SIGTERM at the end must exit 0
         assert oct(sock.stat().st_mode & 0o777) == "0o666"
         assert oct(sock.parent.stat().st_mode & 0o777) == "0o755"
         reply = protocol.call(str(sock), protocol.VERB_PING, b"", time.monotonic() + 5)
         assert reply.status == protocol.STATUS_OK and reply.read_all() == [b"ce-k8s agent"]
         reply.close()
         wait(lambda: server.calls[("list", "pods")] >= 1, timeout=10)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(20) == 0, proc.stderr.read()
     assert not sock.exists()
 
 

@@ -7,8 +7,6 @@ verb and code, hook requests by verb and result, cache age, restarts (process st
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +18,7 @@ from ce_k8s.agent.options import DEFAULT_METRICS_ADDRESS, AgentOptions, OptionsE
 from ce_k8s.condor.config import CondorConfig
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+from .conftest import GJID, agent_process, apply_output, new_agent, routed_ad, text_of, wait
 
 NAME = pod_name(GJID, 0)
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,12 +132,7 @@ def test_agent_subprocess_serves_metrics_from_the_knob(server, tmp_root):
     conf.mkdir()
     (conf / "99-metrics.conf").write_text(f"CE_K8S_METRICS_ADDRESS = 127.0.0.1:{port}\n"
                                           f"CE_K8S_OUTPUT_DIR = {tmp_root / 'out'}\n")
-    sock = tmp_root / "run" / "agent.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.cli", "agent", "--config", str(conf),
-                             "--kubeconfig", server.kubeconfig_path, "--socket", str(sock),
-                             "--spool", str(tmp_root / "spool")], stderr=subprocess.PIPE)
-    try:
-        wait(lambda: sock.exists(), timeout=20)
+    with agent_process(server, tmp_root, conf):
 
         def scraped():
             try:
@@ -150,6 +143,3 @@ def test_agent_subprocess_serves_metrics_from_the_knob(server, tmp_root):
         text = wait(scraped, timeout=10)
         assert "ce_k8s_cache_age_seconds" in text and "process_start_time_seconds" in text
         assert (tmp_root / "out").is_dir()
-    finally:
-        proc.terminate()
-        assert proc.wait(20) == 0, proc.stderr.read()

@@ -131,3 +131,15 @@ def test_equal_configurations_compare_equal_whatever_their_origins():
     a = settings_of(CE_BASE, SHIPPED)
     b = settings_of(CE_BASE, SHIPPED, "CE_K8S_SPOOL = /srv/ce/lib/condor-ce/spool\n")
     assert a == b and hash(a) == hash(b) and a.origins["spool"] != b.origins["spool"]
+
+
+def test_the_agent_log_is_in_the_ce_log_directory():
+    """No CE_K8S_AGENT_LOG: the CE's LOG directory, named as HTCondor names its daemons' logs."""
+    s = settings_of(CE_BASE, "LOG = $(LOCAL_DIR)/log/condor-ce\n", SHIPPED)
+    assert s.agent_log == "/srv/ce/log/condor-ce/CeK8sAgentLog"
+    assert s.origins["agent_log"] == "LOG (ce.conf:8) + /CeK8sAgentLog"
+    assert settings_of(CE_BASE, SHIPPED).agent_log == ""  # no LOG (no CE): stderr only
+    assert settings_of(CE_BASE, "LOG = /l\n", SHIPPED, "CE_K8S_AGENT_LOG = none\n").agent_log == ""
+    assert settings_of(CE_BASE, SHIPPED, "CE_K8S_AGENT_LOG = /var/log/k8s.log\n").agent_log == "/var/log/k8s.log"
+    with pytest.raises(SettingsError, match=r"CE_K8S_AGENT_LOG: 'agent\.log' must be an absolute path"):
+        settings_of(CE_BASE, SHIPPED, "CE_K8S_AGENT_LOG = agent.log\n")
