@@ -230,6 +230,10 @@ class MacroSet:
     def __init__(self, config: CondorConfig | None = None, version: str | None = None) -> None:
         self._config = config
         self._macros: dict[str, str] = {}
+        # `if version ...` compares with the HTCondor being modelled (the configuration's), else ours.
+        modelled = getattr(config, "version", None)
+        if version is None and isinstance(modelled, tuple) and modelled:
+            version = ".".join(str(part) for part in modelled)
         self.version = version or classad2.version()
 
     def set(self, name: str, raw_value: str) -> None:
