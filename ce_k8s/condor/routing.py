@@ -1,10 +1,11 @@
-"""The route table and the routing pipeline, as condor_job_router runs them (jobrouter-protocol.md).
+"""The route table and the routing pipeline, as condor_job_router runs them (docs/hook-protocol.md).
 
 ``RouterConfig.from_config`` reads a CE's configuration the way ``JobRouter::config`` and
 ``JobRoute::ParseNext`` do: ``JOB_ROUTER_ROUTE_NAMES`` order, route bodies read unexpanded,
 pre/post-route transforms that disable routing when missing or invalid, per-route macros
-(``MaxJobs``, ``GridResource``…) read at load time (§4.1). ``choose_route`` and ``route_job`` are
-the selection (§4.4) and the post-translate pipeline (§2.2): VanillaToGrid, pre-route, route,
+(``MaxJobs``, ``GridResource``…) read at load time (docs/hook-protocol.md §4.1). ``choose_route``
+and ``route_job`` are the selection (docs/hook-protocol.md §4.4) and the post-translate pipeline
+(docs/hook-protocol.md §2.2): VanillaToGrid, pre-route, route,
 post-route transforms with one macro set, then the router's own stamps.
 
 This module is the single place where "which route takes this pilot, and what comes out" is
@@ -107,7 +108,7 @@ def _remap_find(remaps: str, filename: str) -> str | None:
 
 def vanilla_to_grid(ad: classad2.ClassAd, target_universe: int, grid_resource: str | None,
                     sandboxed: bool = False) -> None:
-    """VanillaToGrid::vanillaToGrid (§2.2); raises ValueError where the real daemon aborts."""
+    """VanillaToGrid::vanillaToGrid (docs/hook-protocol.md §2.2); raises ValueError where the real daemon aborts."""
     if "JobUniverse" not in ad:
         raise ValueError("VanillaToGrid: job ad lacks universe (the real condor_job_router daemon EXCEPTs here)")
     for name in VANILLA_TO_GRID_DELETE:
@@ -137,7 +138,7 @@ def vanilla_to_grid(ad: classad2.ClassAd, target_universe: int, grid_resource: s
 
 
 def submit_edits(ad: classad2.ClassAd) -> None:
-    """What submit_job() does to the routed ad on its way into the schedd (§2.2 step 5).
+    """What submit_job() does to the routed ad on its way into the schedd (docs/hook-protocol.md §2.2 step 5).
 
     The ids, ``QDate`` and ``EnteredCurrentStatus`` are the schedd's to assign and are left out.
     """
@@ -187,7 +188,7 @@ class RouteVerdict:
 
 
 class Route(Transform):
-    """A ``JOB_ROUTER_ROUTE_<name>`` transform plus the per-route macros read at load (§4.1)."""
+    """A ``JOB_ROUTER_ROUTE_<name>`` transform plus the per-route macros read at load (docs/hook-protocol.md §4.1)."""
 
     def __init__(self, name: str, origin: Origin | None = None) -> None:
         super().__init__(name, origin)
@@ -319,7 +320,7 @@ class Route(Transform):
         return evaluate_in(job, self.requirements_expr)
 
     def matches(self, job: classad2.ClassAd) -> bool:
-        """MY-only evaluation (§4.4): ``TARGET.x`` is UNDEFINED, so such a route never matches."""
+        """MY-only evaluation (docs/hook-protocol.md §4.4): ``TARGET.x`` is UNDEFINED, so such a route never matches."""
         return _boolean_equiv(self.evaluate_requirements(job)) is True
 
     def route_info_line(self) -> str:
@@ -536,7 +537,7 @@ class RouterConfig:
     # ---- hooks -----------------------------------------------------------------------------
 
     def job_hook_keyword(self, job: classad2.ClassAd) -> str | None:
-        """``HookKeyword`` from the source ad (must be a string) wins over the knob (§1.1)."""
+        """``HookKeyword`` from the source ad (must be a string) wins over the knob (docs/hook-protocol.md §1.1)."""
         if "HookKeyword" in job:
             value = job.eval("HookKeyword")
             if isinstance(value, str) and value:
@@ -544,7 +545,7 @@ class RouterConfig:
         return self.hook_keyword
 
     def hook_path(self, job: classad2.ClassAd, hook: str) -> str | None:
-        """The hook's path, or None when unconfigured or when the §1.1 path checks fail."""
+        """The hook's path, or None when unconfigured or when the docs/hook-protocol.md §1.1 path checks fail."""
         if hook not in HOOKS:
             raise ValueError(f"unknown hook {hook!r}; expected one of {', '.join(HOOKS)}")
         keyword = self.job_hook_keyword(job)
@@ -559,7 +560,7 @@ class RouterConfig:
         return path if hook_path_ok(path) else None
 
     def attrs_to_copy(self, job: classad2.ClassAd) -> list[str]:
-        """``<KW>_ATTRS_TO_COPY`` for the job's keyword; empty without a keyword (§1.1)."""
+        """``<KW>_ATTRS_TO_COPY`` for the job's keyword; empty without a keyword (docs/hook-protocol.md §1.1)."""
         keyword = self.job_hook_keyword(job)
         if keyword is None or self.config is None:
             return []
@@ -568,7 +569,7 @@ class RouterConfig:
     # ---- selection -------------------------------------------------------------------------
 
     def builtin_terms(self) -> list[str]:
-        """The umbrella constraint's fixed terms (JobRouter.cpp, §4.4)."""
+        """The umbrella constraint's fixed terms (JobRouter.cpp, docs/hook-protocol.md §4.4)."""
         return [
             "target.ProcId >= 0",
             "target.JobStatus == 1",
@@ -629,7 +630,7 @@ class RouterConfig:
         return verdicts
 
     def choose_route(self, job: classad2.ClassAd, accepting: Callable[[Route], bool] = _always) -> Route | None:
-        """First matching route in list order, or round robin among matches (§4.4)."""
+        """First matching route in list order, or round robin among matches (docs/hook-protocol.md §4.4)."""
         if not self.enabled:
             return None
         usermaps.activate(self.user_maps)
@@ -659,7 +660,7 @@ class RouterConfig:
             reason = f"REQUIREMENTS {route.requirements} → {_show(value)}"
             if _boolean_equiv(value) is None:
                 if re.search(r"\btarget\.", route.requirements or "", re.IGNORECASE):
-                    reason += " (TARGET.x is undefined here: route REQUIREMENTS see only the job, §4.4)"
+                    reason += " (TARGET.x is undefined here: route REQUIREMENTS see only the job)"
                 elif is_undefined_value(value):
                     missing = _missing_refs(route.requirements_expr, job)
                     if missing:
@@ -672,7 +673,10 @@ class RouterConfig:
 
     def route_job(self, job: classad2.ClassAd, route: Route, translated: classad2.ClassAd | None = None,
                   macros: MacroSet | None = None) -> RoutedJob:
-        """VanillaToGrid, pre-route, route and post-route transforms, then the router's stamps (§2.2)."""
+        """VanillaToGrid, pre-route, route and post-route transforms, then the router's stamps.
+
+        docs/hook-protocol.md §2.2; JobRouter.cpp FinishSubmitJob and JobRoute::ApplyRoutingJobEdits.
+        """
         usermaps.activate(self.user_maps)
         ad = copy_ad(translated if translated is not None else job)
         result = RoutedJob(ad)

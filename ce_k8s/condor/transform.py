@@ -201,7 +201,7 @@ def is_undefined_value(value: object) -> bool:
 
 
 def evaluate_in(ad: classad2.ClassAd, expr: classad2.ExprTree) -> object:
-    """Evaluate with the ad as MY and no TARGET (§4.4: ``TARGET.x`` is undefined)."""
+    """Evaluate with the ad as MY and no TARGET (docs/hook-protocol.md §4.4: ``TARGET.x`` is undefined)."""
     try:
         return expr.eval(ad)
     except (ValueError, TypeError, classad2.ClassAdException):
@@ -220,7 +220,7 @@ def value_to_macro_text(value: object) -> str:
 
 
 class MacroSet:
-    """Transform macros for one routed job; shared by pre-route, route and post-route (§4.1).
+    """Transform macros for one routed job; shared by pre-route, route and post-route (docs/hook-protocol.md §4.1).
 
     Values are stored raw (submit syntax) and expanded when used, so ``$(var)`` sees the value
     the variable has when the using line runs. Lookups that miss fall through to config macros

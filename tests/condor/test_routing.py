@@ -1,4 +1,4 @@
-"""The route table and routing pipeline (jobrouter-protocol.md §1.1, §2.2, §4.1, §4.4)."""
+"""The route table and routing pipeline (docs/hook-protocol.md §1.1, §2.2, §4.1, §4.4)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ JOB_ROUTER_ROUTE_NAMES = A B
 
 
 def test_routes_in_route_names_order_and_unlisted_disabled_section_4_1():
-    """§4.1: JOB_ROUTER_ROUTE_NAMES is the order and the only enabled routes."""
+    """docs/hook-protocol.md §4.1: JOB_ROUTER_ROUTE_NAMES is the order and the only enabled routes."""
     r = router(BASIC.replace("NAMES = A B", "NAMES = B") + "JOB_ROUTER_ROUTE_C @=x\nSET X 1\n@x\n")
     assert [x.name for x in r.routes] == ["B"]
     assert sorted(x.name for x in r.disabled) == ["A", "C"]
@@ -71,14 +71,14 @@ def test_route_names_unset_means_no_routes_section_1_1():
 
 
 def test_name_statement_is_overridden_by_the_knob_name_with_a_warning_section_4_1():
-    """§4.1: the route's name is always the <name> of the knob; a different NAME is overridden."""
+    """docs/hook-protocol.md §4.1: the route's name is always the <name> of the knob; a different NAME is overridden."""
     r = router(BASIC.replace('SET Chosen "A"', 'NAME Other\n  SET Chosen "A"'))
     assert r.routes[0].name == "A"
     assert any('The Name specified in JOB_ROUTER_ROUTE_A was "Other". using A instead.' in w for w in r.warnings)
 
 
 def test_requirements_needed_without_source_constraint_section_4_1():
-    """§4.1: a route must have REQUIREMENTS unless JOB_ROUTER_SOURCE_JOB_CONSTRAINT is defined."""
+    """docs/hook-protocol.md §4.1: a route must have REQUIREMENTS unless JOB_ROUTER_SOURCE_JOB_CONSTRAINT is defined."""
     r = router(BASIC.replace("JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5", ""))
     assert [x.name for x in r.routes] == ["A"]
     assert any("route B: Missing Requirements" in e for e in r.errors)
@@ -118,7 +118,8 @@ def test_old_syntax_route_body_is_an_error_section_1_2():
 
 
 def test_per_route_macros_and_defaults_section_4_1():
-    """§4.1: MaxJobs/MaxIdleJobs fall back to the knobs, then 100/50; FailureRateThreshold 0.03."""
+    """docs/hook-protocol.md §4.1: MaxJobs/MaxIdleJobs fall back to the knobs, then 100/50;
+    FailureRateThreshold 0.03."""
     r = router(BASIC)
     a = r.routes[0]
     assert (a.max_jobs, a.max_idle_jobs, a.failure_rate_threshold) == (100, 50, 0.03)
@@ -153,7 +154,7 @@ def test_first_match_in_order_section_4_4():
 
 
 def test_round_robin_among_matching_routes_section_4_4():
-    """§4.4: JOB_ROUTER_ROUND_ROBIN_SELECTION picks among all matches with a counter."""
+    """docs/hook-protocol.md §4.4: JOB_ROUTER_ROUND_ROBIN_SELECTION picks among all matches with a counter."""
     r = router(BASIC + "JOB_ROUTER_ROUND_ROBIN_SELECTION = true\n")
     picks = [r.choose_route(job('Owner = "a"')).name for _ in range(4)]
     assert picks == ["A", "B", "A", "B"]
@@ -166,7 +167,7 @@ def test_accepting_callback_skips_full_routes_section_4_4():
 
 
 def test_target_in_route_requirements_never_matches_section_4_4():
-    """§4.4: route REQUIREMENTS are evaluated with MY only, so TARGET.x is UNDEFINED."""
+    """docs/hook-protocol.md §4.4: route REQUIREMENTS are evaluated with MY only, so TARGET.x is UNDEFINED."""
     r = router(BASIC.replace('REQUIREMENTS Owner == "a"', 'REQUIREMENTS TARGET.Owner == "a"'))
     assert r.choose_route(job('Owner = "a"')).name == "B"
     verdict = r.explain(job('Owner = "a"'))[0]
@@ -197,7 +198,7 @@ def test_explain_reports_each_route():
     ("JobUniverse = 7", False),
 ])
 def test_umbrella_constraint_built_in_terms_section_4_4(extra, candidate):
-    """§4.4: source constraint AND route requirements AND the built-in candidate terms."""
+    """docs/hook-protocol.md §4.4: source constraint AND route requirements AND the built-in candidate terms."""
     r = router(BASIC)
     assert r.is_candidate(job(extra)) is candidate
     if not candidate:
@@ -230,7 +231,7 @@ def test_vanilla_to_grid_deletes_and_resets_section_2_2():
 
 
 def test_vanilla_to_grid_empty_grid_resource_overwrites_the_hooks_section_2_2():
-    """§2.2: for grid routes GridResource is always set, even to empty."""
+    """docs/hook-protocol.md §2.2: for grid routes GridResource is always set, even to empty."""
     ad = job('GridResource = "from hook"')
     vanilla_to_grid(ad, 9, None)
     assert ad.eval("GridResource") == ""
@@ -284,7 +285,7 @@ JOB_ROUTER_TRANSFORM_Sees @=x
 
 
 def test_route_job_pipeline_shares_one_macro_set_section_4_1():
-    """§4.1: pre-route, route, post-route in order with one macro set; transform REQUIREMENTS
+    """docs/hook-protocol.md §4.1: pre-route, route, post-route in order with one macro set; transform REQUIREMENTS
     are tested against the ad being built at that point."""
     r = router(PIPELINE.replace('SET Chosen "B"', 'SET Chosen "B"\n  from_route = 2'))
     routed = r.route_job(job("RoutedToJobId = \"9.9\""), r.routes[1])
@@ -298,7 +299,7 @@ def test_route_job_pipeline_shares_one_macro_set_section_4_1():
 
 
 def test_route_job_uses_the_translated_ad_instead_of_the_job_section_2_2():
-    """§2.2: the translate hook's output replaces the routed ad completely."""
+    """docs/hook-protocol.md §2.2: the translate hook's output replaces the routed ad completely."""
     r = router(BASIC)
     translated = job('FromHook = 1\nJobUniverse = 5')
     routed = r.route_job(job('OnlyInSource = 1'), r.routes[1], translated)
@@ -357,7 +358,8 @@ def _hook(tmp_path: Path, name: str, mode: int = 0o755) -> str:
 
 
 def test_hook_path_lookup_and_path_checks_section_1_1(tmp_path):
-    """§1.1: keyword from the job's HookKeyword wins; a path failing the checks is 'not configured'."""
+    """docs/hook-protocol.md §1.1: keyword from the job's HookKeyword wins; a path failing the checks
+    is 'not configured'."""
     good = _hook(tmp_path, "good")
     noexec = _hook(tmp_path, "noexec", 0o644)
     worldw = _hook(tmp_path, "worldw", 0o777)

@@ -1,4 +1,4 @@
-"""The transform language (jobrouter-protocol.md §4.1; HTCondor config docs for $FUNC macros)."""
+"""The transform language (docs/hook-protocol.md §4.1; HTCondor config docs for $FUNC macros)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def text(ad: classad2.ClassAd, name: str) -> str:
 
 
 def test_metadata_statements_are_stripped_and_recorded_section_4_1():
-    """§4.1: NAME, UNIVERSE, REQUIREMENTS and TRANSFORM are metadata, not run against the ad."""
+    """docs/hook-protocol.md §4.1: NAME, UNIVERSE, REQUIREMENTS and TRANSFORM are metadata, not run against the ad."""
     t = Transform.parse("T", "NAME Other\nUNIVERSE vanilla\nREQUIREMENTS Owner == \"x\"\nSET A 1\nTRANSFORM")
     assert t.statement_name == "Other"
     assert t.universe == 5
@@ -79,14 +79,14 @@ def test_set_stores_the_unevaluated_expression_section_4_1():
 
 
 def test_equals_or_comma_between_arguments_section_4_1():
-    """§4.1: for two-argument keywords an `=` or `,` between the arguments is allowed."""
+    """docs/hook-protocol.md §4.1: for two-argument keywords an `=` or `,` between the arguments is allowed."""
     ad, errors = run("SET A = 1\nSET B , 2\nEVALMACRO M = 3\nSET C $(M)\nCOPY A, D")
     assert errors == []
     assert (ad.eval("A"), ad.eval("B"), ad.eval("C"), ad.eval("D")) == (1, 2, 3, 1)
 
 
 def test_bad_set_expression_is_logged_and_skipped_section_4_1():
-    """§4.1: a SET that does not parse is logged; the transform carries on."""
+    """docs/hook-protocol.md §4.1: a SET that does not parse is logged; the transform carries on."""
     ad, errors = run("SET Bad (1 +\nSET Good 1")
     assert "Bad" not in ad
     assert ad.eval("Good") == 1
@@ -116,7 +116,8 @@ def test_set_with_invalid_attribute_name_is_logged():
 
 
 def test_default_only_sets_absent_attributes_lookup_quirk_section_4_1():
-    """§4.1: DEFAULT checks Lookup(), so a literal `undefined` is NOT replaced (docs say it is)."""
+    """docs/hook-protocol.md §4.1: DEFAULT checks Lookup(), so a literal `undefined` is NOT replaced
+    (HTCondor's documentation says it is)."""
     ad, _ = run("DEFAULT A 1\nDEFAULT B 2\nDEFAULT C 3", "A = undefined\nB = 7")
     assert text(ad, "A") == "undefined"
     assert ad.eval("B") == 7
@@ -124,7 +125,7 @@ def test_default_only_sets_absent_attributes_lookup_quirk_section_4_1():
 
 
 def test_evalset_stores_the_value_section_4_1():
-    """§4.1: EVALSET stores the value; a list value is copied as the list it evaluates to, whose
+    """docs/hook-protocol.md §4.1: EVALSET stores the value; a list value is copied as the list it evaluates to, whose
     elements ClassAd evaluation leaves as written (XFormCopyValueToTree copies the ExprList)."""
     ad, _ = run("EVALSET Mem maxMemory ?: 2000\nEVALSET L { 1, 1 + 1 }\nEVALSET S strcat(\"a\", Owner)",
                 'maxMemory = 16000\nOwner = "x"')
@@ -157,7 +158,7 @@ def test_copy_rename_delete_plain_section_4_1():
 
 
 def test_regex_forms_are_case_insensitive_with_groups_section_4_1():
-    """§4.1: /re/ matches names case-insensitively; \\0…\\9 substitute the groups."""
+    """docs/hook-protocol.md §4.1: /re/ matches names case-insensitively; \\0…\\9 substitute the groups."""
     ad, _ = run(
         "RENAME /^authtoken(.*)$/ orig_\\0\nCOPY /^OnExitHold(.*)$/ Saved_\\1\nDELETE /^tmp_/",
         'AuthTokenIssuer = "i"\nAuthTokenSubject = "s"\nOnExitHoldReason = "r"\ntmp_a = 1\nTMP_b = 2\nkeep = 3',
@@ -179,7 +180,7 @@ def test_regex_replacement_keeps_backslash_beyond_group_count():
 
 
 def test_my_attr_expands_to_the_unparsed_value_section_4_1():
-    """§4.1: $(MY.attr) is the unparsed value: strings without quotes, expressions unevaluated."""
+    """docs/hook-protocol.md §4.1: $(MY.attr) is the unparsed value: strings without quotes, expressions unevaluated."""
     ad, _ = run('SET S "ns-$(MY.Owner)"\nSET E $(MY.Expr)\nSET N "$(MY.Missing:none)"',
                 'Owner = "cms"\nExpr = 1 + 2')
     assert ad.eval("S") == "ns-cms"
@@ -188,7 +189,7 @@ def test_my_attr_expands_to_the_unparsed_value_section_4_1():
 
 
 def test_var_uses_the_value_at_that_moment_section_4_1():
-    """§4.1: $(var) uses the value at the moment the line runs, not the last one in the file."""
+    """docs/hook-protocol.md §4.1: $(var) uses the value at the moment the line runs, not the last one in the file."""
     ad, _ = run("X = 1\nSET A $(X)\nX = 2\nSET B $(X)")
     assert (ad.eval("A"), ad.eval("B")) == (1, 2)
 
@@ -207,7 +208,7 @@ def test_dollar_dollar_is_kept_for_matchmaking_section_4_1():
 
 
 def test_fall_through_to_config_macros_section_4_1():
-    """§4.1: lookups fall through to config macros (also_in_config)."""
+    """docs/hook-protocol.md §4.1: lookups fall through to config macros (also_in_config)."""
     cfg = CondorConfig.from_text("ROUTED_JOB_MAX_TIME = 4320\nSITE = $(NAME_PART)-x\nNAME_PART = abc\n")
     ad, _ = run('EVALSET R 60 * $(ROUTED_JOB_MAX_TIME)\nSET S "$(SITE)"', config=cfg)
     assert ad.eval("R") == 259200
@@ -320,7 +321,8 @@ def test_if_boolean_forms_and_negation_section_4_1():
 
 
 def test_if_on_an_evalmacro_result_section_4_1():
-    """§4.1: complex conditions are computed first with EVALMACRO (as the CE's Cpus transform does)."""
+    """docs/hook-protocol.md §4.1: complex conditions are computed first with EVALMACRO (as the CE's
+    Cpus transform does)."""
     body = "EVALMACRO big ($(MY.RequestCpus:0)) > 1\nif $(big)\nSET Big true\nelse\nSET Big false\nendif"
     assert run(body, "RequestCpus = 8")[0].eval("Big") is True
     assert run(body, "RequestCpus = 1")[0].eval("Big") is False
@@ -431,7 +433,7 @@ def test_transform_requirements_rule_section_4_1(req, job, expected):
 
 
 def test_macro_set_shared_between_transforms_section_4_1():
-    """§4.1: one macro set per routed job; a macro set in one transform is seen by the next."""
+    """docs/hook-protocol.md §4.1: one macro set per routed job; a macro set in one transform is seen by the next."""
     macros = MacroSet(None)
     ad = ad_of("")
     Transform.parse("Pre", "default_xcount = 4").apply(ad, macros)
