@@ -721,16 +721,20 @@ class RouterConfig:
 
     @staticmethod
     def _shared_proxy(route: Route, job: classad2.ClassAd, result: RoutedJob) -> None:
-        """UseSharedX509UserProxy: needs a sandboxed route; the proxy path replaces the job's."""
-        if not route.sandboxed(job):
-            result.add(Severity.WARNING, f"route {route.name}: UseSharedX509UserProxy needs JobShouldBeSandboxed")
-            return
+        """RoutedJob::PrepareSharedX509UserProxy: SharedX509UserProxy must be a string and the job
+        sandboxed, else FinishSubmitJob removes the job; the proxy path replaces the job's."""
         expr = parse_old_expr(route.shared_x509_user_proxy or "")
         value = evaluate_in(job, expr) if expr is not None else None
-        if isinstance(value, str) and value:
-            result.ad["x509userproxy"] = value
+        if not isinstance(value, str):
+            problem = "UseSharedX509UserProxy is true, but SharedX509UserProxy is invalid"
+        elif not route.sandboxed(job):
+            problem = "UseSharedX509UserProxy is true, but JobShouldBeSandboxed is false"
         else:
-            result.add(Severity.WARNING, f"route {route.name}: SharedX509UserProxy does not evaluate to a path")
+            result.ad["x509userproxy"] = value
+            return
+        result.add(Severity.ERROR, f"route {route.name}: JobRouter failure: {problem}; the router removes the "
+                   "routed job (GracefullyRemoveJob)", route.origin)
+        result.failed = True
 
 
 def hook_path_ok(path: str) -> bool:

@@ -338,13 +338,18 @@ def test_bad_set_in_route_is_logged_not_fatal_section_4_1():
 
 
 def test_shared_proxy_needs_sandboxing_section_2_2():
+    """JobRouter.cpp RoutedJob::PrepareSharedX509UserProxy: an invalid SharedX509UserProxy or an
+    unsandboxed job fails, and FinishSubmitJob then removes the job (GracefullyRemoveJob)."""
     base = 'UseSharedX509UserProxy = true\n  SharedX509UserProxy = "/etc/proxy"\n  SET Chosen "B"'
     r = router(BASIC.replace('SET Chosen "B"', base))
     routed = r.route_job(job(), r.routes[1])
-    assert "needs JobShouldBeSandboxed" in routed.errors[0]
+    assert routed.failed and "JobShouldBeSandboxed is false" in routed.errors[0]
+    r = router(BASIC.replace('SET Chosen "B"', "JobShouldBeSandboxed = true\n  " + base.replace('"/etc/proxy"', "3")))
+    routed = r.route_job(job(), r.routes[1])
+    assert routed.failed and "SharedX509UserProxy is invalid" in routed.errors[0]
     r = router(BASIC.replace('SET Chosen "B"', "JobShouldBeSandboxed = true\n  " + base))
     routed = r.route_job(job(), r.routes[1])
-    assert routed.ad.eval("x509userproxy") == "/etc/proxy"
+    assert not routed.failed and routed.ad.eval("x509userproxy") == "/etc/proxy"
 
 
 # ---- hooks ------------------------------------------------------------------------------------
