@@ -114,8 +114,10 @@ PLUS_EQUALS_SINCE: Version = (25, 11, 0)
 
 def parse_version(text: str) -> Version:
     """``X.Y.Z`` as a tuple; also ``X.Y``, ``vX.Y.Z``, ``25.14.1-1.el9`` and what ``condor_version``
-    prints (``$CondorVersion: 24.0.3 2024-12-05 ... $``: the first X.Y[.Z] counts). ValueError otherwise."""
-    m = re.search(r"(?<![\d.])(\d+)\.(\d+)(?:\.(\d+))?", text)
+    prints (``$CondorVersion: 24.0.3 2024-12-05 ... $``) or ``condor_ce_version`` (a
+    ``$HTCondorCEVersion: ...$`` line first: the ``$CondorVersion:`` one counts). ValueError otherwise."""
+    number = r"(?<![\d.])(\d+)\.(\d+)(?:\.(\d+))?"
+    m = re.search(r"\$CondorVersion:\s*" + number, text) or re.search(number, text)
     if not m:
         raise ValueError(f"not an HTCondor version: {text!r} (expected X.Y.Z)")
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))

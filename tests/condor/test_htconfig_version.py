@@ -97,6 +97,9 @@ def test_if_version_follows_the_modelled_version(tmp_path):
 @pytest.mark.parametrize("text,expected", [
     ("23.0.0", (23, 0, 0)), ("24.0", (24, 0, 0)), ("v25.14.1", (25, 14, 1)), ("25.14.1-1.el9", (25, 14, 1)),
     ("$CondorVersion: 24.0.3 2024-12-05 BuildID: 767171 PackageID: 24.0.3-1 $", (24, 0, 3)),
+    # condor_ce_version (htcondor-ce src/condor_ce_version): the CE's own version comes first
+    ("$HTCondorCEVersion: 25.0.1 $\n$CondorVersion: 24.0.3 2024-12-05 BuildID: 767171 $\n"
+     "$CondorPlatform: x86_64_AlmaLinux9 $", (24, 0, 3)),
 ])
 def test_version_option_accepts_what_condor_version_prints(text, expected):
     parser = argparse.ArgumentParser()
