@@ -138,8 +138,7 @@ def test_an_evicted_attempt_is_accounted_and_the_wall_time_accumulates(cluster, 
         ad["K8sPodPatch"] = ('[{"op": "add", "path": "/metadata/annotations/sim.ce-k8s.io~1scenario", '
                              '"value": "run=forever"}]')
         update(agent, ad)
-        wait(lambda: (cluster.store.get("pods", "default", NAME) or {}).get("status", {}).get("phase") == "Running",
-             timeout=10)
+        wait(lambda: agent.cache.get(NAME) is not None and agent.cache.get(NAME).phase == "Running", timeout=10)
         assert update(agent, ad)["JobStatus"] == 2
         wait(lambda: agent.usage.usage.get(NAME) and agent.usage.usage[NAME].cpu_ns, timeout=10)
         core.create_namespaced_pod_eviction(NAME, "default", {"metadata": {"name": NAME, "namespace": "default"}})
@@ -209,9 +208,11 @@ def test_node_benchmarks_become_the_apel_scaling_attributes(cluster, settings, h
 # -- pure pieces ---------------------------------------------------------------------------------
 
 def pod_info(**kw) -> PodInfo:
-    base = {"metadata": {"name": "ce-1-0-a0-x", "namespace": "ns", "uid": "u1", "creationTimestamp": "2025-10-09T08:50:00Z",
+    base = {"metadata": {"name": "ce-1-0-a0-x", "namespace": "ns", "uid": "u1",
+                         "creationTimestamp": "2025-10-09T08:50:00Z",
                          "labels": {"ce-k8s.htcondor.org/attempt": "0", "ce-k8s.htcondor.org/route": "R"},
-                         "annotations": {"ce-k8s.htcondor.org/owner": "osg01", "ce-k8s.htcondor.org/routed-from": "12.3"}},
+                         "annotations": {"ce-k8s.htcondor.org/owner": "osg01",
+                                         "ce-k8s.htcondor.org/routed-from": "12.3"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "pilot", "resources": {"requests": {
                 "cpu": "1500m", "memory": "3Gi"}}}]},
             "status": {"phase": "Succeeded", "containerStatuses": [{"name": "pilot", "state": {"terminated": {
@@ -261,3 +262,42 @@ def test_apel_fields_refuse_a_record_with_a_missing_column():
 
 def test_parse_specs_skips_what_is_not_a_number():
     assert parse_specs("HEPscore23=15.2, HEPSPEC=x; SI2K=2793") == {"HEPscore23": 15.2, "SI2K": 2793.0}
+
+
+def running_pod(name="ce-1-0-a0-x", uid="u1", node="n1") -> PodInfo:
+    return PodInfo.from_dict({
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "pilot"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "pilot", "state": {"running": {
+            "startedAt": "2025-10-09T08:55:00Z"}}}]}})
+
+
+def summary_doc(name, uid, cpu_ns, rss, ws=None, used=None):
+    return {"pods": [{"podRef": {"name": name, "namespace": "ns", "uid": uid}, "containers": [
+        {"name": "pilot", "cpu": {"usageCoreNanoSeconds": cpu_ns},
+         "memory": {"rssBytes": rss, "workingSetBytes": ws or rss, "usageBytes": used or rss}}]}]}
+
+
+def test_readings_keep_the_cumulative_cpu_and_the_peak_memory():
+    from ce_k8s.agent.accounting import UsageCollector
+
+    collector = UsageCollector(client.ApiClient(), None, lambda: [])
+    pod = running_pod()
+    collector.pod_changed(pod)
+    collector.fold("n1", summary_doc(pod.name, "u1", 5_000_000_000, 300 * 2**20), now=1.0)
+    collector.fold("n1", summary_doc(pod.name, "u1", 9_000_000_000, 100 * 2**20), now=2.0)
+    collector.fold("n1", summary_doc(pod.name, "u1", 2_000_000_000, 50 * 2**20), now=3.0)   # a reset: ignored
+    collector.fold("n1", summary_doc(pod.name, "other-uid", 99_000_000_000, 999 * 2**20), now=4.0)  # another pod
+    collector.fold("n2", summary_doc(pod.name, "u1", 99_000_000_000, 999 * 2**20), now=5.0)         # another node
+    u = collector.usage[pod.name]
+    assert u.cpu_ns == 9_000_000_000 and u.rss_peak == 300 * 2**20 and u.sampled == 3.0
+
+
+def test_a_completion_never_waits_for_accounting_for_long():
+    from ce_k8s.agent.accounting import SETTLE_WAIT, UsageCollector
+
+    collector = UsageCollector(client.ApiClient(), None, lambda: [])   # its thread is not running
+    pod = running_pod()
+    assert not collector.settled(pod, now=1000.0)
+    assert not collector.settled(pod, now=1000.0 + SETTLE_WAIT - 1)
+    assert collector.settled(pod, now=1000.0 + SETTLE_WAIT)

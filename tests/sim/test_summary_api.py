@@ -62,7 +62,8 @@ def test_summary_has_the_kubelet_shape_and_accumulates_cpu(cluster, kcore, pod_b
 
 def test_usage_stops_at_the_end_and_matches_the_containers_life(cluster, kcore, pod_body):
     node = run_pod(cluster, kcore, pod_body, "sum-2", "run=20s exit=0", usage="cpu=1.5 rss=300Mi")
-    cluster.wait_for(lambda: cluster.store.get("pods", "default", "sum-2")["status"]["phase"] == "Succeeded", timeout=10)
+    cluster.wait_for(lambda: cluster.store.get("pods", "default", "sum-2")["status"]["phase"] == "Succeeded",
+                     timeout=10)
     c1 = pod_stats(summary(cluster, node), "sum-2")["containers"][0]
     time.sleep(0.1)
     c2 = pod_stats(summary(cluster, node), "sum-2")["containers"][0]
@@ -101,7 +102,7 @@ def test_rbac_without_nodes_proxy_is_forbidden():
         assert err.value.status == 403
         assert "nodes/proxy" in str(err.value.body)
         assert srv.calls[("get", "nodes/proxy")] == 1
-    granted = rules + [{"verbs": ["get"], "resources": ["nodes/proxy"]}]
+    granted = [*rules, {"verbs": ["get"], "resources": ["nodes/proxy"]}]
     with ApiServer.running(nodes="cpu:1x4c16g", time_scale=SCALE, enforce_rbac=True, rules=granted) as srv:
         assert summary(srv, "cpu-1")["node"]["nodeName"] == "cpu-1"
 
