@@ -80,6 +80,9 @@ def activate(maps: list[UserMap]) -> list[Diagnostic]:
     key = tuple(maps)
     if key == _active:
         return []
+    if not key and not _active:
+        _active = key  # nothing loaded and nothing wanted: no need to import htcondor2 at all
+        return []
     import htcondor2
 
     # With no <SUBSYS>_CLASSAD_USER_MAP_NAMES in the process configuration this empties the table.
