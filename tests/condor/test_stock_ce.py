@@ -122,6 +122,16 @@ def test_stock_ce_with_ce_k8s_installed_passes_routes_check_with_the_shipped_rou
     assert "Env" in [t.name for t in router.post_transforms]       # the router-defaults command ran
 
 
+def test_doctor_finds_no_route_problem_on_the_stock_ce(installed_ce, capsys):
+    """The notes about the CE's own batch routes are not problems for `ce-k8s doctor` either."""
+    installed_ce.write_site("99-local.conf", f"CE_K8S_HOOK_DIR = {installed_ce.root.parent / 'hooks'}\n")
+    main(["doctor", "--config", str(installed_ce.condor_config), "--timeout", "3", "--json"])
+    found = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    for name in ("config", "routes", "route-order", "hook-keyword", "hook-update"):
+        assert found[name]["level"] == "OK", found[name]
+    assert found["routes"]["message"].startswith("4 route(s): CMS_Pilots GPU_Pilots WholeNode_Pilots Pilots")
+
+
 # -- route ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
