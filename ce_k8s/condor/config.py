@@ -1360,20 +1360,38 @@ class CondorConfig:
         return None
 
     def _include(self, src: str, lineno: int, options: str, rhs: str, depth: int) -> None:
+        # config.cpp parse_include_options: [ifexist] [command|output [into FILE]] (words after those ignored)
         words = options.split()
         must_exist = True
         is_command = False
+        into: str | None = None
         if words and words[0] in ("ifexist", "ifexists"):
             must_exist = False
             words = words[1:]
         if words and words[0] in ("output", "command"):
             is_command = True
-            words = words[1:]
-            if words[:1] == ["into"]:
-                words = words[2:]
+            if words[1:2] == ["into"]:
+                if len(words) < 3:
+                    raise ConfigError(src, lineno, f"unexpected keyword(s) '{options}' after include expected "
+                                      "filename after keyword 'into'")
+                into = words[2]
+            words = []
         if words:
             raise ConfigError(src, lineno, f"unexpected keyword(s) '{options}' after include")
         target = self.expand(rhs, Origin(src, lineno)).strip(_WS)
+        if into is not None:
+            # Parse_macros: the FILE is read if it exists (the command is not run); else HTCondor runs
+            # the command and keeps its output there (Copy_macro_source_into)
+            if into.endswith("|"):
+                raise ConfigError(src, lineno, "destination for 'include into' may not be a script")
+            cache = self.expand(into, Origin(src, lineno)).strip(_WS)
+            if not cache:
+                raise ConfigError(src, lineno, "destination for 'include into' expanded to ''")
+            if Path(cache).is_file():
+                if depth + 1 >= _MAX_INCLUDE_DEPTH:
+                    raise ConfigError(src, lineno, "includes nested too deep")
+                self._read_file(Path(cache), depth + 1)
+                return
         if is_command or "|" in target:
             # config.cpp fixup_pipe_source / Open_macro_source: `include command : cmd` is named
             # "cmd |"; a source with a '|' is a command only if it ends with one

@@ -197,3 +197,24 @@ def test_a_reader_that_cannot_start_leaves_our_values(tmp_path, monkeypatch):
     assert [d.severity for d in cfg.diagnostics] == [Severity.NOTE, Severity.NOTE]
     assert "could not run (no wheel)" in cfg.diagnostics[0].message
     assert "it was not run (HTCondor's reader could not run)" in cfg.diagnostics[1].message
+
+
+def test_include_command_into_a_file_reads_the_file_when_it_exists(tmp_path):
+    """Parse_macros / Copy_macro_source_into: `include command into FILE : cmd` reads FILE if it
+    exists, without running cmd; otherwise HTCondor runs cmd and keeps its output in FILE."""
+    marker = tmp_path / "ran"
+    cmd = script(tmp_path / "cmd.sh", f"#!/bin/sh\ntouch {marker}\necho 'FROM_CMD = fresh'\n")
+    cache = tmp_path / "cache.conf"
+    root = tmp_path / "condor_config"
+    root.write_text(f"include command into {cache} : {cmd}\nA = 1\n")
+    alone = CondorConfig.load(root)
+    assert alone.raw("FROM_CMD") is None and [d.line for d in alone.diagnostics] == [1]
+    first = load(root, environ=env())
+    assert marker.exists() and first.raw("FROM_CMD") == "fresh" and cache.read_text() == "FROM_CMD = fresh\n"
+    assert first.origin("FROM_CMD") == Origin(str(cache), 1)
+    marker.unlink()
+    cache.write_text("FROM_CMD = cached\n")
+    for cfg in (CondorConfig.load(root), load(root, environ=env())):
+        assert cfg.raw("FROM_CMD") == "cached" and not cfg.diagnostics
+        assert cfg.origin("FROM_CMD") == Origin(str(cache), 1)
+    assert not marker.exists()
