@@ -746,6 +746,8 @@ class Agent:
                               outcome=record.outcome, wall_s=record.wall,
                               cpu_s=None if record.cpu_seconds is None else round(record.cpu_seconds, 1)))
         if self.history is None:
+            if self.settings.per_job_history_dir:
+                self._history_retry[pod.name] = record     # the directory may become usable (GC retries)
             return
         rec = self.jobs.get(pod.name)
         ad = history_ad(record, self.settings.ce_name, self._identities.get(pod.name),
@@ -798,6 +800,11 @@ class Agent:
 
     def _gc_accounting(self, now: float) -> None:
         """Retry failed history writes; forget usage of pods long gone; prune old markers."""
+        if self.history is None and self.settings.per_job_history_dir:
+            try:
+                self.history = HistoryWriter(self.settings.per_job_history_dir)
+            except OSError:
+                pass                    # logged at start; the records wait in _history_retry
         for record in list(self._history_retry.values()):
             self._attempt_settled(record)
         keep = set(self.cache.pods) | set(self.cache.gone)

@@ -205,6 +205,28 @@ def test_node_benchmarks_become_the_apel_scaling_attributes(cluster, settings, h
         agent.stop()
 
 
+def test_a_history_directory_that_becomes_usable_later_gets_the_files(cluster, settings, tmp_root):
+    """The directory cannot be made at start (a file is in the way): the attempts wait in memory and
+    the agent's GC writes them once it can."""
+    blocked = tmp_root / "history"
+    blocked.write_text("not a directory")
+    settings = replace_settings(settings, per_job_history_dir=str(blocked), usage_interval=0.1)
+    agent = new_agent(cluster, settings)
+    try:
+        assert agent.history is None
+        ad = routed_ad(Path(settings.spool))
+        update(agent, ad)
+        run_to_completion(agent, ad)
+        assert NAME in agent._history_retry
+        blocked.unlink()
+        agent.collect_garbage()
+        assert agent.history is not None and not agent._history_retry
+        (path,) = history_files(blocked)
+        assert one_ad(path)["K8sPodName"] == NAME
+    finally:
+        agent.stop()
+
+
 # -- pure pieces ---------------------------------------------------------------------------------
 
 def pod_info(**kw) -> PodInfo:
