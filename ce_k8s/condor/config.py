@@ -539,10 +539,11 @@ class CondorConfig:
                 )
         else:
             p = Path(path)
+            command_root = str(path).rstrip(_WS).endswith("|") and not p.exists()
             if p.is_dir():
                 dirs = [p]
-            elif p.exists():  # a file, or /dev/null (what htcondor2 sets when it finds no config)
-                root = str(p)
+            elif p.exists() or command_root:  # a file, /dev/null, or (condor_config.cpp find_file) "cmd |"
+                root = str(path)
             else:
                 raise ConfigError(str(p), 0, "configuration file not found")
         pending = None
@@ -551,7 +552,9 @@ class CondorConfig:
 
             pending = htconfig.start_reader(root, dirs, environ=environ)
         try:
-            if root is not None:
+            if root is not None and not Path(root).exists():
+                cfg.commands.append((Origin("<CONDOR_CONFIG>", 0), root.strip(_WS)))
+            elif root is not None:
                 cfg._read_file(Path(root), 0)
             for d in dirs:
                 cfg._read_dir(d, None)

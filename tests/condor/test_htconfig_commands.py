@@ -218,3 +218,13 @@ def test_include_command_into_a_file_reads_the_file_when_it_exists(tmp_path):
         assert cfg.raw("FROM_CMD") == "cached" and not cfg.diagnostics
         assert cfg.origin("FROM_CMD") == Origin(str(cache), 1)
     assert not marker.exists()
+
+
+def test_the_root_configuration_may_itself_be_a_command(tmp_path):
+    """condor_config.cpp find_file: CONDOR_CONFIG = "cmd |" is accepted (a pipe command ending in '|')."""
+    cmd = script(tmp_path / "root.sh", "#!/bin/sh\necho 'FROM_ROOT = 1'\n")
+    cfg = CondorConfig.load(f"{cmd} |", run_commands=True, environ=env())
+    assert cfg.read_by_htcondor and cfg.raw("FROM_ROOT") == "1"
+    assert cfg.origin("FROM_ROOT") == Origin("<CONDOR_CONFIG>", 0)
+    alone = CondorConfig.load(f"{cmd} |")
+    assert alone.raw("FROM_ROOT") is None and [d.file for d in alone.diagnostics] == ["<CONDOR_CONFIG>"]
