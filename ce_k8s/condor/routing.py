@@ -528,7 +528,12 @@ class RouterConfig:
             if low in seen:
                 continue
             knob = _ROUTE_PREFIX + spelled
+            before = len(self.diagnostics)
             route = self._load_route(spelled, knob)
+            # The router never reads a route that is not listed: what is wrong inside it changes nothing.
+            self.diagnostics[before:] = [
+                Diagnostic(d.file, d.line, Severity.NOTE, f"{d.message} (route {spelled} is not listed, so the "
+                           "router never loads it)") for d in self.diagnostics[before:]]
             self._problem(Severity.WARNING, knob, f"route {spelled} is defined but not listed in "
                           "JOB_ROUTER_ROUTE_NAMES, so it is disabled")
             if route is not None:

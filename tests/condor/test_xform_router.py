@@ -486,3 +486,13 @@ def test_whole_node_evalmacro_on_an_htcondor_route_evaluates():
     result = routed(router(WHOLE_NODE), job("WantWholeNode = true", base=PILOT.replace('"pilot"', '"local"')))
     assert not result.failed and not result.diagnostics
     assert result.ad.eval("WholeNodeMacro") == "true"
+
+
+def test_an_invalid_route_that_is_not_listed_is_only_a_note():
+    """JobRouter::config reads only the routes JOB_ROUTER_ROUTE_NAMES lists, so an invalid body in
+    an unlisted route changes nothing the router does."""
+    r = router(COMPLEX_IF_ROUTE.replace("JOB_ROUTER_ROUTE_NAMES = Big Rest", "JOB_ROUTER_ROUTE_NAMES = Rest"))
+    assert [x.name for x in r.routes] == ["Rest"]
+    assert not messages(r.diagnostics, Severity.ERROR)
+    assert any("complex conditionals are not supported" in m and "not listed" in m
+               for m in messages(r.diagnostics, Severity.NOTE))
