@@ -58,7 +58,6 @@ _KEYWORDS: dict[str, int] = {
     "UNIVERSE": 1,
 }
 _REGEX_KEYWORDS = frozenset({"COPY", "RENAME", "DELETE"})
-_METADATA = frozenset({"NAME", "UNIVERSE", "REQUIREMENTS", "TRANSFORM"})
 
 # condor_universe.h names; CondorUniverseNumberEx also takes the number itself.
 UNIVERSES: dict[str, int] = {
@@ -78,7 +77,6 @@ UNIVERSES: dict[str, int] = {
 }
 
 _ATTR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ASSIGNMENT = re.compile(r"^([A-Za-z0-9_.+]+)\s*=(.*)$", re.DOTALL)
 _MACRO_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
 # A macro reference starts with "$(" or "$NAME(" and is not the second "$" of "$$(".
 _MAX_EXPANSIONS = 2000
