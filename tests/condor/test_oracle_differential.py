@@ -144,6 +144,52 @@ CASES: dict[str, str] = {
                           "  EditJobInPlace = true\n  SET A 1\n@end\n"),
     "sandboxed-remaps": ("JOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n  REQUIREMENTS true\n"
                          "  GridResource = \"batch k\"\n  JobShouldBeSandboxed = RequestCpus > 1\n  SET A 1\n@end\n"),
+    # more statement forms
+    "commands-any-case": route("  set A 1\n  Set B 2\n  evalSet C RequestCpus + 1\n  default D 4\n  copy Owner E\n"
+                               "  rename queue F\n  delete Environment"),
+    "plus-and-my-assignments": route("  +Foo = 1\n  MY.Bar = 2\n  SET A \"$(Foo)$(Bar)\""),
+    "heredoc-macro-in-body": route("  X @=EOT\n  one\n  two\n  @EOT\n  SET A \"$(X)\""),
+    "lone-dollar-in-string": route('  SET A "cost $5 and $ alone"\n  SET B "$(MY.Owner)$"'),
+    "evalset-string-escapes": route('  EVALSET A strcat("a\\"b", "\\\\", Quoted)\n  EVALSET B WinPath'),
+    "macro-self-append": route('  X = a\n  X = $(X) b\n  Y = $(Y) c\n  SET A "$(X)"\n  SET B "$(Y)"'),
+    "copy-rename-onto-existing": route("  COPY Owner RequestCpus\n  RENAME queue RequestMemory"),
+    "set-undefined-and-error": route("  SET A undefined\n  SET B error\n  EVALSET C Nope\n  EVALSET D error"),
+    "default-with-macro": route("  DEFAULT RequestGPUs $(gpus:1)\n  DEFAULT RequestCpus 99"),
+    "my-list-and-record": route('  EVALSET L {1, 2}\n  EVALSET R [a = 1]', extra="") ,
+    "macro-of-expression-attr": route("  SET A $(MY.Doubled) + 1\n  SET B \"$(MY.Requirements)\"\n"
+                                      "  SET C ($(MY.Requirements)) && true"),
+    "regex-no-group-target": route("  COPY /^Max(.+)/ TotalMax\n  RENAME /^Auth/ Renamed\\0"),
+    "universe-names": ("JOB_ROUTER_ROUTE_NAMES = L\nJOB_ROUTER_ROUTE_L @=end\n  REQUIREMENTS true\n"
+                       "  UNIVERSE local\n  SET A 1\n@end\n"),
+    "universe-grid-number": ("JOB_ROUTER_ROUTE_NAMES = G\nJOB_ROUTER_ROUTE_G @=end\n  REQUIREMENTS true\n"
+                             "  UNIVERSE 9\n  GridResource = \"batch pbs\"\n@end\n"),
+    "target-universe-expression": ("JOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n  REQUIREMENTS true\n"
+                                   "  TargetUniverse = 2 + 3\n  SET A 1\n@end\n"),
+    "grid-resource-from-macro": ("BACKEND = slurm\nJOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n"
+                                 "  REQUIREMENTS true\n  GridResource = \"batch $(BACKEND)\"\n@end\n"),
+    "grid-resource-set-in-body": ("JOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n  REQUIREMENTS true\n"
+                                  "  GridResource = \"batch k8s\"\n  SET GridResource \"batch other\"\n@end\n"),
+    "edit-job-in-place-false": ("JOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n  REQUIREMENTS true\n"
+                                "  EditJobInPlace = false\n  UNIVERSE vanilla\n  SET A 1\n@end\n"),
+    "names-knob-and-duplicates": ("JOB_ROUTER_ROUTE_NAMES = NAMES B A B\n"
+                                  "JOB_ROUTER_ROUTE_A @=end\n  REQUIREMENTS true\n  UNIVERSE vanilla\n  SET A 1\n@end\n"
+                                  "JOB_ROUTER_ROUTE_B @=end\n  REQUIREMENTS RequestCpus > 10\n  UNIVERSE vanilla\n"
+                                  "  SET B 1\n@end\n"),
+    "route-names-commas": ("JOB_ROUTER_ROUTE_NAMES = B, A\n"
+                           "JOB_ROUTER_ROUTE_A @=end\n  REQUIREMENTS true\n  UNIVERSE vanilla\n  SET A 1\n@end\n"
+                           "JOB_ROUTER_ROUTE_B @=end\n  REQUIREMENTS true\n  UNIVERSE vanilla\n  SET B 1\n@end\n"),
+    "old-syntax-only": ("JOB_ROUTER_ENTRIES @=end\n[ name = \"Old\"; GridResource = \"batch pbs\"; "
+                        "Requirements = target.RequestCpus > 0; set_A = 1; ]\n@end\n"),
+    "old-syntax-beside-new": ("JOB_ROUTER_ENTRIES @=end\n[ name = \"Old\"; GridResource = \"batch pbs\"; "
+                              "Requirements = true; ]\n@end\n" + route("  SET A 2")),
+    "transform-names-missing-one": ("JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Here Gone\n"
+                                    "JOB_ROUTER_TRANSFORM_Here @=end\n  SET H 1\n@end\n" + route("  SET A 2")),
+    "pre-route-name-statement": ("JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = P\n"
+                                 "JOB_ROUTER_TRANSFORM_P @=end\n  NAME Renamed\n  UNIVERSE grid\n  SET P 1\n@end\n"
+                                 + route("  SET A 2")),
+    "config-macro-in-requirements": ("WANT = 4\nJOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n"
+                                     "  REQUIREMENTS RequestCpus == $(WANT)\n  UNIVERSE vanilla\n@end\n"),
+    "subsys-prefixed-knob": route('  SET A "$(COLOR)"', extra="COLOR = plain\nJOB_ROUTER.COLOR = router\n"),
 }
 
 

@@ -85,6 +85,7 @@ class OracleResult:
 
     route: str | None = None
     ad_text: str | None = None
+    ad_json: str | None = None
     failed: bool = False
     errors: list[str] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
@@ -96,10 +97,16 @@ class OracleResult:
     config_error_line: int | None = None
 
     def ad(self):
-        """The routed ad as a classad2.ClassAd (None when the router gave up)."""
+        """The routed ad as a classad2.ClassAd (None when the router gave up), read from HTCondor's
+        JSON form: the long form leaves newlines in strings raw, which no reader can take back."""
         import classad2
 
-        return None if self.ad_text is None else classad2.parseOne(self.ad_text, classad2.ParserType.Old)
+        if self.ad_json is None:
+            return None
+        ad = classad2.parseOne(self.ad_json, classad2.ParserType.JSON)
+        if len(ad) == 0 and self.ad_json.count(":") > 0:
+            raise ValueError(f"could not read HTCondor's routed ad back: {self.ad_json[:200]}")
+        return ad
 
     def route_info(self, name: str) -> RouteInfo | None:
         return next((r for r in self.routes if r.name.lower() == name.lower()), None)
@@ -283,7 +290,8 @@ def json_ad(obj: dict):
     return classad2.parseOne(json.dumps(obj).replace("/", "\\/"), classad2.ParserType.JSON)
 
 
-def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None) -> tuple[OracleResult, object | None]:
+def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None,
+                           first: OracleResult | None = None) -> tuple[OracleResult, object | None]:
     """HTCondor's transforms with exactly the steps around them that ``ce-k8s route`` applies.
 
     1. the oracle chooses the route (routes' REQUIREMENTS, JOB_ROUTER_ROUTE_NAMES order);
@@ -294,7 +302,8 @@ def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None) -> tuple[Oracl
        route and post-route transforms;
     4. ``submit_edits`` (ce-k8s's), the schedd's changes on submission.
     ``config`` is what the oracle reads (file, directory or list of directories), ``ce_config``
-    the same configuration as ``CondorConfig.load`` takes it (None: the embedded default).
+    the same configuration as ``CondorConfig.load`` takes it (None: the embedded default);
+    ``first``: an earlier plain run of the oracle on the same input (saves one run).
     Returns the oracle result of step 3 and the final ad (None when not routed).
     """
     from ce_k8s.condor import wire
@@ -303,7 +312,7 @@ def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None) -> tuple[Oracl
     from ce_k8s.hooks.translate import is_kubernetes_route, translate_ad_text
     from ce_k8s.protocol import DEFAULT_GRID_RESOURCE
 
-    first = run_oracle(config, job_text)
+    first = first or run_oracle(config, job_text)
     if first.route is None:
         return first, None
     cfg = CondorConfig.load(ce_config)
@@ -358,7 +367,7 @@ def differences_from_ce_k8s(config, job_text: str, ce_config=None, workdir: Path
     if ours["route"] is None and any(v.get("check") == "built-in" and v.get("result") is not True
                                      for v in ours.get("explain") or []):
         return [f"not a candidate: {ours.get('explain')}"]
-    oracle, oracle_ad = oracle_as_ce_k8s_route(config, job_text, ce_config=ce_config)
+    oracle, oracle_ad = oracle_as_ce_k8s_route(config, job_text, ce_config=ce_config, first=first)
     if ours["route"] != oracle.route:
         return [f"ce-k8s routes the job to {ours['route']!r}, HTCondor to {oracle.route!r} "
                 f"({oracle.notes + oracle.errors})"]
@@ -393,6 +402,7 @@ class _Shim:
             "xo_unique_items": (vp, [cp]),
             "xo_ad_from_long_form": (vp, [cp]),
             "xo_ad_print": (vp, [vp]),
+            "xo_ad_print_json": (vp, [vp]),
             "xo_xform_new": (vp, [cp]),
             "xo_xform_open": (ip, [vp, cp, ctypes.POINTER(vp)]),
             "xo_xform_matches": (ip, [vp, vp]),
@@ -627,8 +637,8 @@ def _child(request_file: str, result_file: str) -> int:
     htcondor2.set_subsystem("JOB_ROUTER")
     htcondor2.reload_config()
     shim = _Shim(request["shim"])
-    result: dict = {"route": None, "ad_text": None, "failed": False, "errors": [], "applied": [], "routes": [],
-                    "route_order": [], "routing_enabled": True, "notes": []}
+    result: dict = {"route": None, "ad_text": None, "ad_json": None, "failed": False, "errors": [], "applied": [],
+                    "routes": [], "route_order": [], "routing_enabled": True, "notes": []}
     bodies = request.get("bodies")
     pre = _load_transforms(shim, result, "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES", bodies and bodies.get("pre"))
     post = _load_transforms(shim, result, "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES", bodies and bodies.get("post"))
@@ -662,6 +672,7 @@ def _child(request_file: str, result_file: str) -> int:
                     "utf-8", "surrogateescape"))
             if _apply(shim, result, dest, info.name, xfm, pre, post):
                 result["ad_text"] = shim.take(shim.lib.xo_ad_print(dest))
+                result["ad_json"] = shim.take(shim.lib.xo_ad_print_json(dest))
             else:
                 result["failed"] = True
     Path(result_file).write_text(json.dumps(result))

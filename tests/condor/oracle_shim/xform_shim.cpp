@@ -86,6 +86,8 @@ void optimize_macros(macro_set &set);
 bool initAdFromString(const char *str, classad::ClassAd &ad);
 bool sPrintAdWithSecrets(std::string &output, const classad::ClassAd &ad, const classad::References *include,
                          const classad::References *exclude);
+bool sPrintAdAsJson(std::string &output, const classad::ClassAd &ad, const classad::References *include,
+                    bool oneline);
 const char *param_unexpanded(const char *name);
 char *param(const char *name);
 char *expand_param(const char *str);
@@ -150,6 +152,14 @@ void *xo_ad_from_long_form(const char *text) {
 char *xo_ad_print(void *ad) {
   std::string out;
   sPrintAdWithSecrets(out, *static_cast<classad::ClassAd *>(ad), nullptr, nullptr);
+  return dup_string(out);
+}
+
+// The same ad as HTCondor's JSON (condor_q -json), which keeps newlines and backslashes in
+// strings unambiguous; the long form above is for people.
+char *xo_ad_print_json(void *ad) {
+  std::string out;
+  sPrintAdAsJson(out, *static_cast<classad::ClassAd *>(ad), nullptr, false);
   return dup_string(out);
 }
 
