@@ -1,8 +1,8 @@
 """A faithful reader of HTCondor configuration, as condor's param system reads it.
 
 Why our own reader: the router reads route and transform bodies with ``param_unexpanded`` and the
-PyPI wheel only offers the *expanded* ``param`` (jobrouter-protocol.md §6), which damages ``$(MY.x)``
-and ``$(var)`` in route text. So ce-k8s parses the CE's configuration itself, following
+transform engine needs the file line of every line of them, which no HTCondor API returns
+(docs/internals.md, "ce_k8s.condor.config"). So ce-k8s parses the CE's configuration itself, following
 ``src/condor_utils/config.cpp`` (``Parse_macros``, ``getline_implementation``, ``expand_macro``,
 ``expand_self_macro``) and ``condor_config.cpp`` (``LOCAL_CONFIG_DIR`` / ``LOCAL_CONFIG_FILE``).
 Behaviour that was checked against ``htcondor2.param`` 25.14.1 on this machine:
@@ -20,12 +20,16 @@ Behaviour that was checked against ``htcondor2.param`` 25.14.1 on this machine:
   ``$$(X)`` left alone, ``$(has space)`` or ``$(X:a=b)`` are not macros and stay as written;
 * ``LOCAL_CONFIG_DIR`` files are read in name order, except those matching
   ``LOCAL_CONFIG_DIR_EXCLUDE_REGEXP`` (dot files, ``~`` backups, ``.rpmsave``, ``.py`` ...);
-* a relative ``include`` path is relative to the current directory, as in HTCondor.
-
+* a relative ``include`` path is relative to the current directory, as in HTCondor;
+  ``include command into FILE : cmd`` reads FILE when it exists (the command is not run then);
+* lookups are the router's (config.cpp ``lookup_macro``): ``JOB_ROUTER.NAME`` before ``NAME``, and
+  at definition time (self references, ``+=``, ``if defined``) HTCondor's param-table default
+  (``param_default_string`` from the wheel) when no line set the knob yet;
 * ``NAME += value`` (HTCondor 25.11+; config.cpp ``Parse_macros``): when NAME already has a
   non-empty value (its own, or its built-in default) the new value is that value, a space (or the
   separator written between ``+`` and ``=``: ``+,=`` joins with ``,``, ``+&&=`` with `` && ``) and
-  the text; otherwise just the text. Self references in the text then expand as for ``=``;
+  the text; otherwise just the text. Self references in the text then expand as for ``=``. A
+  modelled version before 25.11.0 reads the line as ``NAME = value`` (with a warning);
 * ``$INT(X[,fmt])``, ``$REAL(X[,fmt])``, ``$STRING(X[,fmt])`` (config.cpp ``evaluate_macro_func``):
   X is a knob name (else the text itself), expanded, then evaluated as a ClassAd expression. A value
   that is not an integer/real expands to nothing (HTCondor logs an error and carries on); a
@@ -37,7 +41,9 @@ Behaviour that was checked against ``htcondor2.param`` 25.14.1 on this machine:
   ``$(0#)``, ``$(1?)`` arguments expanded (``expand_meta_args``); an unknown name is an error, as in
   HTCondor;
 * ``if version >= X.Y.Z`` compares against the *modelled* HTCondor version (``version=``, default
-  the installed wheel's), not necessarily the wheel's.
+  the installed wheel's), not necessarily the wheel's;
+* with ``detected_specials`` (the router's view), HOSTNAME, FULL_HOSTNAME, SUBSYSTEM ... are
+  HTCondor's own whatever a file says (condor_config.cpp ``reinsert_specials``).
 
 Two readers. ``CondorConfig.load(..., run_commands=True)`` (what ``ce-k8s route`` and ``routes
 check`` use) also runs HTCondor's own reader in a child process (ce_k8s.condor.htconfig): it runs
