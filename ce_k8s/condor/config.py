@@ -728,7 +728,7 @@ class CondorConfig:
         return self._builtin(name)
 
     def lookup_macro(self, name: str) -> str | None:
-        """Raw value for the transform language's fall-through to config macros (§4.1)."""
+        """Raw value for the transform language's fall-through to config macros (xform_utils.cpp lookups)."""
         return self.raw(name)
 
     def get(self, name: str, default: str | None = None) -> str | None:
