@@ -133,13 +133,15 @@ def shipped_batch_route(route: Route) -> str | None:
     its own route outright, so on a CE that lists its own routes the shipped ones are defined and
     not enabled, which is how HTCondor-CE is meant to be used and not a mistake.
     """
-    if route.origin is None:
-        return None
-    m = _CE_BATCH_FILE.match(os.path.basename(route.origin.file))
+    return _shipped_batch(route.name, route.origin.file if route.origin is not None else None)
+
+
+def _shipped_batch(name: str, file: str | None) -> str | None:
+    m = _CE_BATCH_FILE.match(os.path.basename(file)) if file else None
     if m is None:
         return None
     batch = m.group("batch")
-    return batch if CE_BATCH_ROUTES.get(batch, "").lower() == route.name.lower() else None
+    return batch if CE_BATCH_ROUTES.get(batch, "").lower() == name.lower() else None
 
 
 def _unlisted_routes(router: RouterConfig) -> set[str]:
@@ -158,24 +160,24 @@ def _not_enabled(router: RouterConfig, diag: Diagnostic) -> Diagnostic:
     CE's own packages define but the site does not list is a note too. A site's own unlisted route
     stays a warning: a route that is never tried is usually a forgotten entry in the list.
     """
-    disabled = {route.name.lower(): route for route in router.disabled}
     m = _ROUTE_IN_MESSAGE.search(diag.message)
     if m is None:
         return diag
-    low = m.group("name").lower()
+    name = m.group("name")
+    low = name.lower()
     if "is defined but not listed in JOB_ROUTER_ROUTE_NAMES" in diag.message:
-        route = disabled.get(low)
-        batch = shipped_batch_route(route) if route is not None else None
+        origin = router.config.origin(_ROUTE_KNOB + name) if router.config is not None else None
+        batch = _shipped_batch(name, origin.file if origin is not None else diag.file)
         if batch is None:
             return diag
         return Diagnostic(diag.file, diag.line, Severity.NOTE,
-                          f"route {route.name} (HTCondor-CE's htcondor-ce-{batch} package) is defined but not "
+                          f"route {name} (HTCondor-CE's htcondor-ce-{batch} package) is defined but not "
                           "listed in JOB_ROUTER_ROUTE_NAMES, so it is not enabled; list it there to route jobs "
                           "to it")
     if low not in _unlisted_routes(router) or diag.severity == Severity.NOTE:
         return diag
     return Diagnostic(diag.file, diag.line, Severity.NOTE,
-                      f"{diag.message} (route {m.group('name')} is not in JOB_ROUTER_ROUTE_NAMES, so the router "
+                      f"{diag.message} (route {name} is not in JOB_ROUTER_ROUTE_NAMES, so the router "
                       "never loads it)")
 
 

@@ -266,8 +266,10 @@ def test_stock_ce_unknown_keyword_is_an_error_when_enabled_and_a_note_when_not(i
     site = installed_ce.config_dir / "02-ce-slurm.conf"
     site.write_text(site.read_text().replace('GridResource = "batch slurm"',
                                              'GridResource = "batch slurm"\n  SETT BatchQueue "long"'))
-    slurm = [d for d in _diagnostics(installed_ce) if "SETT" in d.message]
+    found = _diagnostics(installed_ce)
+    slurm = [d for d in found if "SETT" in d.message]
     assert slurm and {d.severity for d in slurm} == {Severity.NOTE}, slurm
+    assert max(d.severity for d in found) == Severity.NOTE, [str(d) for d in found if d.severity]
     installed_ce.write_site("99-local.conf", "JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) Slurm_Cluster\n")
     slurm = [d for d in _diagnostics(installed_ce) if "SETT" in d.message]
     assert slurm and {d.severity for d in slurm} == {Severity.ERROR}, slurm
