@@ -140,3 +140,23 @@ def test_plus_equals_before_25_11_is_a_plain_assignment(tmp_path):
     assert [(d.line, "replacing the value so far" in d.message) for d in warnings] == [(2, True), (4, True)]
     new = CondorConfig.load(root, run_commands=True)
     assert (new.raw("X"), new.raw("Y")) == ("a b", "p,q") and new.read_by_htcondor
+
+
+def test_routes_check_and_route_take_the_options(tmp_path, capsys):
+    """End to end through the CLI: the same old-syntax file fails routes check for the installed
+    HTCondor (an error naming `ce-k8s routes convert`) and passes for 23.0.0, where it is converted."""
+    from ce_k8s.cli import main
+
+    root = write(tmp_path, ENTRIES)
+    assert main(["routes", "check", "--config", root]) == 1
+    out = capsys.readouterr().out
+    assert f"{root}:1: error: JOB_ROUTER_ENTRIES is old-syntax route configuration" in out
+    assert main(["routes", "check", "--config", root, "--htcondor-version", "23.0.0"]) == 0
+    captured = capsys.readouterr()
+    assert "1 route(s) in order: Local_PBS" in captured.out and "23.0.0 still reads" in captured.err
+    ad = tmp_path / "job.ad"
+    ad.write_text('ClusterId = 1\nProcId = 0\nJobUniverse = 5\nJobStatus = 1\nOwner = "u"\n')
+    main(["route", "--jobads", str(ad), "--config", root, "--htcondor-version", "23.0.0", "--json"])
+    assert '"route": "Local_PBS"' in capsys.readouterr().out
+    main(["route", "--jobads", str(ad), "--config", root, "--json"])
+    assert '"route": null' in capsys.readouterr().out
