@@ -6,7 +6,8 @@ line against the job ad being built, with one macro set shared by every transfor
 job. The wheel exports no transform API we can call safely in-process, so this re-implements it;
 what a site's routes do to a pilot must be answerable without a CE, and the pod is built from the
 result. docs/routes.md, "What ce-k8s models of the transform language", lists the rules and what
-is not modelled. The ones that are easy to get wrong:
+is not modelled. Macros and ``$(...)`` are in xform_macros.py, expressions in xform_expr.py,
+``if`` conditions in xform_cond.py. The rules that are easy to get wrong:
 
 * Loading (``MacroStreamXFormSource::open``) strips NAME/UNIVERSE/REQUIREMENTS/TRANSFORM lines
   and stops at a TRANSFORM line; it fails only on an unparsable REQUIREMENTS.
@@ -21,25 +22,40 @@ is not modelled. The ones that are easy to get wrong:
   attribute value; lookups fall through to config macros; ``$$(...)`` is kept for matchmaking.
 * ``DEFAULT`` tests presence (``Lookup``), so a literal ``undefined`` is not replaced.
 """
+
 from __future__ import annotations
 
 import logging
-import os
-import random
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import classad2
 
-from ce_k8s.condor.config import _is_dollar, _next_macro
 from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.wire import unparse_old
 from ce_k8s.condor.xform_cond import ConditionContext, ConditionError, IfStack, test_condition
+from ce_k8s.condor.xform_expr import (
+    _boolean_equiv,
+    evaluate_in,
+    is_error_value,
+    is_number,
+    is_undefined_value,
+    parse_new_expr,
+    parse_old_expr,
+    value_to_macro_text,
+)
+from ce_k8s.condor.xform_macros import MacroError, MacroSet, expand_macros
+
+# Re-exported: routing, check, the CLIs and the tests import these from here.
+__all__ = [
+    "MacroError", "MacroSet", "Transform", "TransformError", "_boolean_equiv", "evaluate_in", "expand_macros",
+    "is_error_value", "is_number", "is_undefined_value", "parse_new_expr", "parse_old_expr", "universe_number",
+    "value_to_macro_text",
+]
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from ce_k8s.condor.config import CondorConfig, Origin
+    from ce_k8s.condor.config import Origin
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +93,6 @@ UNIVERSES: dict[str, int] = {
 }
 
 _ATTR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MACRO_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
-# A macro reference starts with "$(" or "$NAME(" and is not the second "$" of "$$(".
-_MAX_EXPANSIONS = 2000
-
-# Macros HTCondor's transform engine predefines (XFormMacroDefaults) that make sense offline.
-_PREDEFINED: dict[str, str] = {"IsLinux": "1", "IsWindows": "0", "Row": "0", "Step": "0", "XFormId": "0",
-                               "ItemIndex": "0", "Iterating": "0"}
-
-
 def universe_number(text: str) -> int:
     """CondorUniverseNumberEx: a number, or a case-insensitive universe name; 0 when unknown."""
     word = text.strip()
@@ -103,501 +110,6 @@ class TransformError(Exception):
         self.origin = origin
         where = f"{origin.file}:{origin.line}: " if origin is not None else ""
         super().__init__(where + message)
-
-
-class MacroError(ValueError):
-    """A ``$(...)`` reference that cannot be expanded (bad function call, index out of range).
-
-    ``replacement`` is what HTCondor puts in its place when it carries on (usually nothing).
-    """
-
-    def __init__(self, message: str, replacement: str = "") -> None:
-        super().__init__(message)
-        self.replacement = replacement
-
-
-# --------------------------------------------------------------------------------------------
-# Old-syntax expression parsing
-
-
-def _scan_outside_strings(text: str) -> tuple[bool, int]:
-    """Return (strings closed, paren depth never negative and final depth) for old syntax.
-
-    Old-ClassAd strings only escape the quote (``\\"``); backslashes are otherwise literal.
-    Quoted attribute names ('x y') are skipped the same way.
-    """
-    depth = 0
-    i = 0
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "\"'":
-            j = i + 1
-            while j < n and text[j] != ch:
-                j += 2 if text[j] == "\\" and j + 1 < n else 1
-            if j >= n:
-                return False, depth
-            i = j + 1
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                return False, depth
-        i += 1
-    return True, depth
-
-
-def parse_old_expr(text: str) -> classad2.ExprTree | None:
-    """Parse one old-syntax expression, requiring the whole text to be consumed.
-
-    The router uses ``ParseClassAdRvalExpr`` (full=true), so ``1 2`` is an error; classad2's
-    old-syntax reader would silently drop the ``2``. Wrapping the text in parentheses makes
-    trailing garbage a parse error, provided the text's own parentheses balance.
-    """
-    body = text.strip()
-    if not body or "\n" in body or "\r" in body:
-        return None
-    closed, depth = _scan_outside_strings(body)
-    if not closed or depth != 0:
-        return None
-    try:
-        checked = classad2.parseOne(f"X = ({body})\n_CeK8sEnd_ = 1", classad2.ParserType.Old)
-        if "X" not in checked:
-            return None
-        parsed = classad2.parseOne(f"X = {body}\n_CeK8sEnd_ = 1", classad2.ParserType.Old)
-    except (ValueError, classad2.ClassAdException):
-        return None
-    if "X" not in parsed:
-        return None
-    return parsed.lookup("X")
-
-
-def _boolean_equiv(value: object) -> bool | None:
-    """classad Value::IsBooleanValueEquiv: booleans, and numbers as non-zero; else None."""
-    if isinstance(value, classad2.Value):  # UNDEFINED / ERROR (an IntEnum, so test it first)
-        return None
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float):
-        return value != 0
-    return None
-
-
-def is_number(value: object) -> bool:
-    """An int or real result (not a bool, not UNDEFINED/ERROR, which classad2 makes ints)."""
-    return isinstance(value, int | float) and not isinstance(value, bool | classad2.Value)
-
-
-def is_error_value(value: object) -> bool:
-    return isinstance(value, classad2.Value) and value == classad2.Value.Error
-
-
-def is_undefined_value(value: object) -> bool:
-    return isinstance(value, classad2.Value) and value == classad2.Value.Undefined
-
-
-def evaluate_in(ad: classad2.ClassAd, expr: classad2.ExprTree) -> object:
-    """Evaluate with the ad as MY and no TARGET (docs/hook-protocol.md §4.4: ``TARGET.x`` is undefined)."""
-    try:
-        return expr.eval(ad)
-    except (ValueError, TypeError, classad2.ClassAdException):
-        return classad2.Value.Error
-
-
-def value_to_macro_text(value: object) -> str:
-    """EVALMACRO / $EVAL rendering: strings without quotes, anything else unparsed (old syntax)."""
-    if isinstance(value, str):
-        return value
-    return unparse_old(value)
-
-
-# --------------------------------------------------------------------------------------------
-# The macro set
-
-
-class MacroSet:
-    """Transform macros for one routed job; shared by pre-route, route and post-route (docs/hook-protocol.md §4.1).
-
-    Values are stored raw (submit syntax) and expanded when used, so ``$(var)`` sees the value
-    the variable has when the using line runs. Lookups that miss fall through to config macros
-    (``also_in_config``), then to the few macros the transform engine predefines.
-    """
-
-    def __init__(self, config: CondorConfig | None = None, version: str | None = None) -> None:
-        self._config = config
-        self._macros: dict[str, str] = {}
-        # `if version ...` compares with the HTCondor being modelled (the configuration's), else ours.
-        modelled = getattr(config, "version", None)
-        if version is None and isinstance(modelled, tuple) and modelled:
-            version = ".".join(str(part) for part in modelled)
-        self.version = version or classad2.version()
-
-    def set(self, name: str, raw_value: str) -> None:
-        self._macros[name.lower()] = raw_value
-
-    def local(self, name: str) -> str | None:
-        return self._macros.get(name.lower())
-
-    def names(self) -> list[str]:
-        return sorted(self._macros)
-
-    def lookup(self, name: str) -> str | None:
-        """Raw value of a macro: local first, then the config, then the predefined table."""
-        value = self._macros.get(name.lower())
-        if value is not None:
-            return value
-        if self._config is not None:
-            value = self._config.lookup_macro(name)
-            if value is not None:
-                return value
-        for key, predefined in _PREDEFINED.items():
-            if key.lower() == name.lower():
-                return predefined
-        return None
-
-    def copy(self) -> MacroSet:
-        clone = MacroSet(self._config, self.version)
-        clone._macros = dict(self._macros)
-        return clone
-
-
-# --------------------------------------------------------------------------------------------
-# Macro expansion
-
-
-def _my_attr_text(ad: classad2.ClassAd | None, attr: str) -> str | None:
-    """``$(MY.attr)``: the attribute's unparsed value, strings without their quotes."""
-    if ad is None or not attr:
-        return None
-    try:
-        expr = ad.lookup(attr)
-    except KeyError:
-        return None
-    text = unparse_old(expr)
-    if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
-        try:
-            value = expr.eval()
-        except (ValueError, TypeError, classad2.ClassAdException):
-            value = None
-        if isinstance(value, str):
-            return value
-    return text
-
-
-_DOLLAR_REF = re.compile(r"(?<!\$)\$\((?i:DOLLAR)\)")
-
-
-def _next_reference(text: str) -> tuple[int, str, int, int] | None:
-    """next_config_macro: the leftmost ``$name(...)`` reference as (start, name, body start, ``)``).
-
-    The configuration reader scans the same way (config.cpp serves both), so its scanner is used:
-    a function's body runs to the first ``)`` (``$INT($(x))`` has the body ``$(x``); a plain
-    ``$(...)`` body must be a name (then ``:default``), otherwise the scan goes on inside it, which
-    is how ``$($(a)_b)`` expands the inner reference first; ``$(DOLLAR)`` is skipped (replaced last).
-    """
-    found = _next_macro(text, 0, _is_dollar)
-    if found is None:
-        return None
-    return found.start, found.func, found.end - 1 - len(found.body), found.end - 1
-
-
-def _split_args(body: str) -> list[str]:
-    return [part.strip() for part in body.split(",")]
-
-
-class _Expander:
-    """Expands ``$(...)`` references in one line against a macro set and the job ad."""
-
-    def __init__(self, macros: MacroSet, ad: classad2.ClassAd | None, errors: list[str] | None = None) -> None:
-        self.macros = macros
-        self.ad = ad
-        # With a sink, a failing $FUNC() is logged and expands to nothing, and the rest of the line
-        # is still expanded (config.cpp, the char* expand_macro the transforms use: might_EXCEPT
-        # records the message, evaluate_macro_func returns ""); without a sink it raises.
-        self.errors = errors
-
-    def raw(self, name: str) -> str | None:
-        if name[:3].upper() == "MY.":
-            return _my_attr_text(self.ad, name[3:])
-        return self.macros.lookup(name)
-
-    def value_of(self, name: str) -> str | None:
-        raw = self.raw(name)
-        if raw is None:
-            return None
-        if name[:3].upper() == "MY.":
-            return raw
-        return self.expand(raw)
-
-    def expand(self, text: str) -> str:
-        """config.cpp ``expand_macro`` (the char* one XFormHash uses): replace the leftmost reference,
-        rescan from the start, until none is left; then every ``$(DOLLAR)`` becomes ``$``."""
-        for _ in range(_MAX_EXPANSIONS):
-            found = _next_reference(text)
-            if found is None:
-                return _DOLLAR_REF.sub("$", text)
-            start, func, body_start, end = found
-            body = text[body_start:end]
-            try:
-                replacement = self._resolve(func, body)
-            except MacroError as exc:
-                if self.errors is None:
-                    raise
-                self.errors.append(str(exc))
-                replacement = exc.replacement
-            text = text[:start] + replacement + text[end + 1 :]
-        raise MacroError("macro expansion does not terminate (a macro refers to itself?)")
-
-    def _resolve(self, func: str, body: str) -> str:
-        if func == "":
-            # MACRO_ID_NORMAL: the raw value goes in (the rescan expands it); the default also
-            # replaces a macro whose raw value is empty.
-            name, sep, default = body.partition(":")
-            value = self.raw(name)
-            if sep and not value:
-                return default
-            return value or ""
-        if func == "ENV":
-            return _fn_env(self, body)
-        if func.startswith("F") and func not in _FUNCTIONS:
-            return _path_function(self, func[1:].lower(), body)
-        return _FUNCTIONS[func](self, body)
-
-    # helpers for the functions
-    def text_or_literal(self, arg: str) -> str:
-        """A function argument names a macro; when it does not, it is taken as literal text."""
-        arg = arg.strip()
-        if _MACRO_NAME.match(arg):
-            value = self.value_of(arg)
-            if value is not None:
-                return value
-        return self.expand(arg) if "$" in arg else arg
-
-    def evaluate(self, arg: str) -> object:
-        text = self.text_or_literal(arg)
-        expr = parse_old_expr(text)
-        if expr is None:
-            raise MacroError(f"cannot parse {text!r} as an expression")
-        return evaluate_in(self.ad if self.ad is not None else classad2.ClassAd(), expr)
-
-
-def _format(fmt: str, value: object, default: str, what: str) -> str:
-    fmt = fmt.strip() if fmt.strip() else default
-    try:
-        return fmt % (value,)
-    except (TypeError, ValueError):
-        raise MacroError(f"{what} macro: '{fmt}' is not a valid format specifier!", replacement=fmt) from None
-
-
-def _evaluate_alone(text: str) -> object:
-    """Old-syntax parse, evaluated in an empty ad (string_is_long_param / $STRING use no job)."""
-    expr = parse_old_expr(text)
-    return evaluate_in(classad2.ClassAd(), expr) if expr is not None else None
-
-
-def _long_param(text: str) -> int | None:
-    """string_is_long_param: an integer literal, else an expression whose value converts to one."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        pass
-    value = _evaluate_alone(text)
-    if isinstance(value, bool):
-        return int(value)
-    if is_number(value):
-        return int(value)  # EvalInteger truncates a real
-    return None
-
-
-def _fn_int(exp: _Expander, body: str) -> str:
-    arg, _, fmt = body.partition(",")
-    text = exp.text_or_literal(arg)
-    value = _long_param(text)
-    if value is None:
-        raise MacroError(f"$INT() macro: {text} does not evaluate to an integer!")
-    return _format(fmt, value, "%d", "$INT()")
-
-
-def _fn_real(exp: _Expander, body: str) -> str:
-    arg, _, fmt = body.partition(",")
-    text = exp.text_or_literal(arg)
-    try:
-        value: object = float(text.strip())
-    except ValueError:
-        value = _evaluate_alone(text)
-        if isinstance(value, bool):
-            value = float(value)
-    if not is_number(value):
-        raise MacroError(f"$REAL() macro: {text} does not evaluate to an real!")
-    out = _format(fmt, float(value), "%.16G", "$REAL()")
-    if fmt.strip() and "." not in out:
-        out += ".0"  # an explicit format still has to look like a real
-    return out
-
-
-def _fn_string(exp: _Expander, body: str) -> str:
-    """$STRING: the value when it evaluates to a string, otherwise the text itself (not an error)."""
-    arg, _, fmt = body.partition(",")
-    text = exp.text_or_literal(arg)
-    value = _evaluate_alone(text)
-    if isinstance(value, str):
-        text = value
-    return _format(fmt, text, "%s", "$STRING()") if fmt.strip() else text
-
-
-def _fn_eval(exp: _Expander, body: str) -> str:
-    """$EVAL: evaluated against the job when there is one (config.cpp evaluate_macro_func).
-
-    Text that does not parse becomes the macro-expanded text when it had ``$(...)`` in it, and
-    nothing otherwise.
-    """
-    name = body.strip()
-    raw = exp.raw(name) if _MACRO_NAME.match(name) else None
-    source = raw if raw is not None else body
-    text = exp.expand(source) if "$" in source else source
-    expr = parse_old_expr(text)
-    if expr is None:
-        return text if "$" in source else ""
-    value = evaluate_in(exp.ad if exp.ad is not None else classad2.ClassAd(), expr)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, classad2.Value):
-        return "undefined" if value == classad2.Value.Undefined else "error"
-    return unparse_old(value)
-
-
-def _fn_env(exp: _Expander, body: str) -> str:
-    name, sep, default = body.partition(":")
-    value = os.environ.get(name.strip())
-    if value is None:
-        return default if sep else ""
-    return value
-
-
-def _int_arg(exp: _Expander, arg: str, what: str) -> int:
-    text = exp.text_or_literal(arg)
-    try:
-        return int(text)
-    except ValueError:
-        value = exp.evaluate(text)
-        if not is_number(value) or not isinstance(value, int):
-            raise MacroError(f"{what}: {text!r} is not an integer") from None
-        return value
-
-
-def _list_items(exp: _Expander, args: list[str]) -> list[str]:
-    if len(args) == 1:
-        listed = exp.value_of(args[0]) if _MACRO_NAME.match(args[0]) else None
-        source = listed if listed is not None else args[0]
-        return [item for item in re.split(r"[,\s]+", source) if item]
-    return args
-
-
-def _fn_choice(exp: _Expander, body: str) -> str:
-    args = _split_args(body)
-    if len(args) < 2:
-        raise MacroError("$CHOICE needs an index and a list")
-    index = _int_arg(exp, args[0], "$CHOICE index")
-    items = _list_items(exp, args[1:])
-    if index < 0 or index >= len(items):
-        raise MacroError(f"$CHOICE index {index} is out of range for {len(items)} items")
-    return items[index]
-
-
-def _fn_random_choice(exp: _Expander, body: str) -> str:
-    items = _list_items(exp, _split_args(body))
-    if not items:
-        raise MacroError("$RANDOM_CHOICE needs at least one item")
-    return random.choice(items)  # noqa: S311 - not security relevant, HTCondor semantics
-
-
-def _fn_random_integer(exp: _Expander, body: str) -> str:
-    args = _split_args(body)
-    if len(args) not in (2, 3):
-        raise MacroError("$RANDOM_INTEGER needs min, max [, step]")
-    low = _int_arg(exp, args[0], "$RANDOM_INTEGER min")
-    high = _int_arg(exp, args[1], "$RANDOM_INTEGER max")
-    step = _int_arg(exp, args[2], "$RANDOM_INTEGER step") if len(args) == 3 else 1
-    if step <= 0 or high < low:
-        raise MacroError("$RANDOM_INTEGER needs min <= max and a positive step")
-    return str(random.randrange(low, high + 1, step))  # noqa: S311
-
-
-def _fn_substr(exp: _Expander, body: str) -> str:
-    args = _split_args(body)
-    if len(args) not in (2, 3):
-        raise MacroError("$SUBSTR needs name, start [, length]")
-    text = exp.text_or_literal(args[0])
-    start = _int_arg(exp, args[1], "$SUBSTR start")
-    if start < 0:
-        start = max(0, len(text) + start)
-    rest = text[start:]
-    if len(args) == 3:
-        length = _int_arg(exp, args[2], "$SUBSTR length")
-        rest = rest[:length] if length >= 0 else rest[: max(0, len(rest) + length)]
-    return rest
-
-
-def _path_function(exp: _Expander, letters: str, body: str) -> str:
-    """``$F[fpduwnxbqa](name)``: pieces of a file name held by a macro (or written literally)."""
-    arg = body.strip()
-    value = exp.value_of(arg) if _MACRO_NAME.match(arg) and "/" not in arg else None
-    path = value if value is not None else ("" if _MACRO_NAME.match(arg) and "/" not in arg else arg)
-    if "f" in letters and path and not os.path.isabs(path):
-        path = os.path.join(os.getcwd(), path)
-    if "w" in letters:
-        path = path.replace("/", "\\")
-    elif "u" in letters:
-        path = path.replace("\\", "/")
-    sep = "\\" if "w" in letters else "/"
-    cut = max(path.rfind("/"), path.rfind("\\"))
-    directory, filename = (path[: cut + 1], path[cut + 1 :]) if cut >= 0 else ("", path)
-    stem, dot, ext = filename.rpartition(".")
-    if not dot:
-        stem, ext = filename, ""
-    parts: list[str] = []
-    if "p" in letters:
-        parts.append(directory)
-    elif "d" in letters:
-        trimmed = directory.rstrip("/\\")
-        last = trimmed[max(trimmed.rfind("/"), trimmed.rfind("\\")) + 1 :]
-        parts.append(last if "b" in letters or not last else last + sep)
-    if "n" in letters:
-        parts.append(stem)
-    if "x" in letters and ext:
-        parts.append(ext if "b" in letters else "." + ext)
-    result = "".join(parts) if any(c in letters for c in "pdnx") else path
-    if "q" in letters:
-        quote = "'" if "a" in letters else '"'
-        result = quote + result + quote
-    return result
-
-
-_FUNCTIONS: dict[str, Callable[[_Expander, str], str]] = {
-    "INT": _fn_int,
-    "REAL": _fn_real,
-    "STRING": _fn_string,
-    "EVAL": _fn_eval,
-    "ENV": _fn_env,
-    "CHOICE": _fn_choice,
-    "RANDOM_CHOICE": _fn_random_choice,
-    "RANDOM_INTEGER": _fn_random_integer,
-    "SUBSTR": _fn_substr,
-    "DIRNAME": lambda exp, body: _path_function(exp, "p", body),
-    "BASENAME": lambda exp, body: _path_function(exp, "nx", body),
-}
-
-
-def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = None,
-                  errors: list[str] | None = None) -> str:
-    """Expand every ``$(...)`` reference in one line.
-
-    A bad ``$FUNC()`` call raises MacroError, unless ``errors`` is given: then it is recorded
-    there and the call expands to nothing, as the router does.
-    """
-    return _Expander(macros, ad, errors).expand(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,35 +253,6 @@ def _substitute_groups(template: str, match: re.Match[str]) -> str:
         out.append(ch)
         i += 1
     return "".join(out)
-
-
-_CONTINUES_EXPRESSION = re.compile(r"^(?:[-+*/%&|^<>=!?:.\[(]|is\b|isnt\b)", re.IGNORECASE)
-
-
-def parse_new_expr(text: str) -> classad2.ExprTree | None:
-    """Parse as ClassAd::EvaluateExpr(string) does: NEW syntax, one expression, rest ignored.
-
-    EVALSET, EVALMACRO and complex ``if`` conditions go through ``ClassAdParser::ParseExpression``
-    with ``full=false`` (classad.cpp), so string escapes are new-syntax (``"\\\\1"`` is ``\\1``)
-    and text after a complete expression is dropped, while an expression that breaks off in the
-    middle (``False && ==5``) does not parse.
-    """
-    body = text.strip()
-    if not body:
-        return None
-    try:
-        return classad2.ExprTree(body)
-    except (ValueError, classad2.ClassAdException):
-        pass
-    for gap in reversed(list(re.finditer(r"\s+", body))):
-        tail = body[gap.end() :]
-        if _CONTINUES_EXPRESSION.match(tail):
-            continue
-        try:
-            return classad2.ExprTree(body[: gap.start()])
-        except (ValueError, classad2.ClassAdException):
-            continue
-    return None
 
 
 class Transform:
