@@ -62,6 +62,19 @@ def test_missing_transform_disables_routing(tmp_path: Path) -> None:
     assert any("JOB_ROUTER_TRANSFORM_Gone" in note for note in result.notes)
 
 
+def test_given_bodies_share_one_macro_set_and_see_the_config(tmp_path: Path) -> None:
+    config = tmp_path / "condor_config"
+    config.write_text("SITE = there\n")
+    bodies = {"pre": [["P", "tmp = $(MY.RequestCpus)\nSET Pre \"$(SITE)\""], ["Q", "REQUIREMENTS false\nSET Q 1"]],
+              "route": ["R", "REQUIREMENTS RequestCpus == 2\nSET Route $(tmp) * 10"],
+              "post": [["Z", "EVALSET Post Route + 1"]]}
+    result = xform_oracle.run_oracle(config, JOB, bodies=bodies)
+    assert result.applied == ["pre-route P", "route R", "post-route Z"], result
+    ad = result.ad()
+    assert (ad.eval("Pre"), ad.eval("Route"), ad.eval("Post")) == ("there", 20, 21)
+    assert "Q" not in ad
+
+
 def test_command_line_prints_the_routed_ad() -> None:
     done = subprocess.run([sys.executable, str(ORACLE), "--config", str(ROOT / "config.d"), "--config",
                            str(ROOT / "routes"), "--jobad", str(ROOT / "examples" / "pilot-cpu8.ad")],

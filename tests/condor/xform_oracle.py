@@ -640,8 +640,10 @@ def _child(request_file: str, result_file: str) -> int:
     result: dict = {"route": None, "ad_text": None, "ad_json": None, "failed": False, "errors": [], "applied": [],
                     "routes": [], "route_order": [], "routing_enabled": True, "notes": []}
     bodies = request.get("bodies")
-    pre = _load_transforms(shim, result, "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES", bodies and bodies.get("pre"))
-    post = _load_transforms(shim, result, "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES", bodies and bodies.get("post"))
+    given_pre = None if bodies is None else bodies.get("pre", [])
+    given_post = None if bodies is None else bodies.get("post", [])
+    pre = _load_transforms(shim, result, "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES", given_pre)
+    post = _load_transforms(shim, result, "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES", given_post)
     table, order = _parse_routes(shim, result, bodies)
     result["route_order"] = [info.name for _, info in order]
     src = shim.lib.xo_ad_from_long_form(_long_form(request["job"]).encode("utf-8", "surrogateescape"))
