@@ -45,11 +45,12 @@ _CHILD = r"""
 import sys
 try:
     import ctypes, glob, json, os
-    import htcondor2
+    import htcondor2  # reads CONDOR_CONFIG, which the parent set to /dev/null: nothing runs twice
     htcondor2.set_subsystem(sys.argv[1])
 except Exception as exc:
     sys.stderr.write("cannot start HTCondor's reader: %r" % (exc,))
     sys.exit(%(unavailable)d)
+os.environ["CONDOR_CONFIG"] = sys.argv[2]  # what the configuration's commands see, as on the CE
 htcondor2.reload_config()  # on a configuration it refuses, HTCondor prints why and exits 1
 try:
     libs = os.path.join(os.path.dirname(os.path.dirname(htcondor2.__file__)), "htcondor.libs")
@@ -166,7 +167,7 @@ def start_reader(root: str | None = None, dirs: Sequence[Path] = (), *, environ:
     holding only ``LOCAL_CONFIG_DIR = <dirs>`` is written; its own knob is reported with
     ``synthetic_root`` so the caller can drop it. The child inherits ``environ`` (default: ours) and
     our working directory, as a command run by the router inherits the router's; only
-    ``CONDOR_CONFIG`` is set.
+    ``CONDOR_CONFIG`` is set (to the root, as the CE's wrappers set it).
     """
     tmpdir = None
     if root is None:
@@ -177,9 +178,11 @@ def start_reader(root: str | None = None, dirs: Sequence[Path] = (), *, environ:
     else:
         synthetic = None
     env = dict(os.environ if environ is None else environ)
-    env["CONDOR_CONFIG"] = str(root)
-    proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, subsystem], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # importing htcondor2 already reads CONDOR_CONFIG (and would run its commands a first time):
+    # the child imports it with no configuration and then points CONDOR_CONFIG at the real one
+    env["CONDOR_CONFIG"] = "/dev/null"
+    proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, subsystem, str(root)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return PendingRead(proc, tmpdir, synthetic)
 
 

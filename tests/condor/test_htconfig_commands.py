@@ -211,7 +211,8 @@ def test_include_command_into_a_file_reads_the_file_when_it_exists(tmp_path):
     assert alone.raw("FROM_CMD") is None and [d.line for d in alone.diagnostics] == [1]
     first = load(root, environ=env())
     assert marker.exists() and first.raw("FROM_CMD") == "fresh" and cache.read_text() == "FROM_CMD = fresh\n"
-    assert first.origin("FROM_CMD") == Origin(str(cache), 1)
+    assert first.origin("FROM_CMD") == Origin(str(root), 1)  # the first time, the command's output
+    assert "of the output of" in first.origin("FROM_CMD").via
     marker.unlink()
     cache.write_text("FROM_CMD = cached\n")
     for cfg in (CondorConfig.load(root), load(root, environ=env())):
@@ -228,3 +229,15 @@ def test_the_root_configuration_may_itself_be_a_command(tmp_path):
     assert cfg.origin("FROM_ROOT") == Origin("<CONDOR_CONFIG>", 0)
     alone = CondorConfig.load(f"{cmd} |")
     assert alone.raw("FROM_ROOT") is None and [d.file for d in alone.diagnostics] == ["<CONDOR_CONFIG>"]
+
+
+def test_each_command_runs_exactly_once_and_sees_condor_config(tmp_path):
+    """The router runs a configuration command once per (re)configuration; so does ce-k8s (importing
+    htcondor2 would read the configuration a first time: the child imports it without one)."""
+    count = tmp_path / "count"
+    cmd = script(tmp_path / "count.sh", f'#!/bin/sh\necho x >> {count}\necho "SEEN_CONFIG = $CONDOR_CONFIG"\n')
+    root = tmp_path / "condor_config"
+    root.write_text(f"LOCAL_CONFIG_FILE = {cmd} |\n")
+    cfg = load(root, environ=env())
+    assert count.read_text() == "x\n"
+    assert cfg.raw("SEEN_CONFIG") == str(root)
