@@ -84,3 +84,19 @@ def test_command_line_prints_the_routed_ad() -> None:
     assert lines[0].startswith("# route: Pilots  applied: pre-route Base"), lines[:3]
     assert "RoutedJob = true" in lines
     assert "RequestCpus = 8" in lines
+
+
+def test_command_line_routes_every_ad_of_a_json_file() -> None:
+    done = subprocess.run([sys.executable, str(ORACLE), "--config", str(ROOT / "config.d"), "--config",
+                           str(ROOT / "routes"), "--jobad", str(ROOT / "examples" / "pilots.json")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    headers = [line for line in done.stdout.splitlines() if line.startswith("# job ")]
+    routes = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("# route: ")]
+    assert len(headers) == len(routes) >= 2, done.stdout[:500]
+    assert "GPU_Pilots" in routes
+
+
+def test_split_job_ads_reads_long_form_blocks() -> None:
+    ads = xform_oracle.split_job_ads("# comment\nA = 1\nB = 2\n\n\nA = 3\n")
+    assert ads == ["A = 1\nB = 2\n", "A = 3\n"]

@@ -460,17 +460,39 @@ class _Shim:
 
 
 def _long_form(text: str) -> str:
-    """Job ad text in the long form HTCondor's initAdFromString reads; other forms via classad2."""
+    """One job ad in the long form HTCondor's initAdFromString reads (other forms via classad2)."""
+    ads = split_job_ads(text)
+    if not ads:
+        raise ValueError("no job ad in the input")
+    return ads[0]
+
+
+def split_job_ads(text: str) -> list[str]:
+    """The job ads of a file, one text each: a JSON or new-ClassAd list, or long-form ads
+    separated by blank lines (condor_q -long); comment lines dropped."""
     stripped = text.strip()
-    if stripped.startswith(("[", "{")):
+    if stripped.startswith("{") or re.match(r"\[\s*[{\]]", stripped):
         import classad2
 
-        ads = list(classad2.parseAds(stripped, classad2.ParserType.JSON if stripped.startswith("{") or
-                                     stripped.startswith("[{") else classad2.ParserType.New))
-        if not ads:
-            raise ValueError("no job ad in the input")
-        return ads[0].printOld()
-    return "\n".join(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")) + "\n"
+        data = json.loads(stripped)
+        # condor_q -json writes "\/Expr(...)\/"; json.loads made that "/Expr(...)/", which classad2
+        # reads as an expression only when the slashes are escaped again.
+        return [classad2.parseOne(json.dumps(obj).replace("/", "\\/"), classad2.ParserType.JSON).printOld()
+                for obj in (data if isinstance(data, list) else [data])]
+    if stripped.startswith("["):
+        import classad2
+
+        return [ad.printOld() for ad in classad2.parseAds(stripped, classad2.ParserType.New)]
+    blocks, current = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.lstrip().startswith("#"):
+            continue
+        if line.strip():
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current) + "\n")
+            current = []
+    return blocks
 
 
 _NAME_SPLIT = re.compile(r"[,\s]+")
@@ -695,23 +717,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
     args = parser.parse_args(argv)
     config = args.config[0] if len(args.config) == 1 else args.config
+    jobs = split_job_ads(Path(args.jobad).read_text())
     try:
-        result = run_oracle(config, Path(args.jobad).read_text(), route=args.route)
+        results = [run_oracle(config, job, route=args.route) for job in jobs]
     except OracleUnavailable as exc:
         print(f"xform_oracle: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        payload = dict(result.__dict__, routes=[r.__dict__ for r in result.routes])
-        print(json.dumps(payload, indent=2))
-        return 1 if result.failed else 0
-    for note in result.notes:
-        print(f"# note: {note}")
-    for err in result.errors:
-        print(f"# error: {err}")
-    print(f"# route: {result.route or '(none)'}  applied: {', '.join(result.applied) or '(nothing)'}")
-    if result.ad_text is not None:
-        print(result.ad_text, end="" if result.ad_text.endswith("\n") else "\n")
-    return 1 if result.failed else 0
+        payloads = [dict(r.__dict__, routes=[info.__dict__ for info in r.routes]) for r in results]
+        print(json.dumps(payloads[0] if len(payloads) == 1 else payloads, indent=2))
+    else:
+        for index, result in enumerate(results):
+            if len(results) > 1:
+                print(f"{'' if index == 0 else chr(10)}# job {index + 1} of {len(results)}")
+            for note in result.notes:
+                print(f"# note: {note}")
+            for err in result.errors:
+                print(f"# error: {err}")
+            print(f"# route: {result.route or '(none)'}  applied: {', '.join(result.applied) or '(nothing)'}")
+            if result.ad_text is not None:
+                print(result.ad_text, end="" if result.ad_text.endswith("\n") else "\n")
+    return 1 if any(r.failed for r in results) else 0
 
 
 if __name__ == "__main__":
