@@ -190,6 +190,23 @@ CASES: dict[str, str] = {
     "config-macro-in-requirements": ("WANT = 4\nJOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n"
                                      "  REQUIREMENTS RequestCpus == $(WANT)\n  UNIVERSE vanilla\n@end\n"),
     "subsys-prefixed-knob": route('  SET A "$(COLOR)"', extra="COLOR = plain\nJOB_ROUTER.COLOR = router\n"),
+    # expression forms SET and EVALSET write back
+    "set-expression-forms": route("  SET A {1,2,3}\n  SET B [a=1;b=2]\n  SET C 1e10\n  SET D .5\n  SET E -3\n"
+                                  "  SET F !true\n  SET G \"a\" =?= \"A\"\n  SET H MY.x\n  SET I TARGET.x\n"
+                                  "  SET J nosuchfunc(1)\n  SET K [a = 1].a\n  SET L {1,2}[0]\n  SET M \"x\" ?: \"y\""),
+    "evalset-expression-forms": route("  EVALSET A {RequestCpus, 2}\n  EVALSET B [a = RequestCpus]\n"
+                                      "  EVALSET C 1e10 * 3\n  EVALSET D 7 % 3\n  EVALSET E RequestCpus > 3 && Flag\n"
+                                      "  EVALSET F int(Real * 3)\n  EVALSET G real(RequestCpus) / 3"),
+    "nested-and-default-macros": route('  N = Own\n  Own_K = deep\n  SET A "$($(N)_K)"\n  D = dflt\n'
+                                       '  SET B "$(NOPE:$(D))"\n  SET C "$(NOPE:a,b)"'),
+    "int-real-of-expressions": route('  X = 3 * 4\n  Y = 1.0 / 3\n  SET A $INT(X)\n  SET B $REAL(Y)\n'
+                                     '  SET C "$REAL(Y,%.2f)"\n  SET D $INT(MY.Doubled)'),
+    "evalmacro-forms": route('  EVALMACRO L = {1, 2}\n  EVALMACRO R = [a = 1]\n  EVALMACRO S = "quoted"\n'
+                             '  EVALMACRO E = error\n  SET A "$(L)"\n  SET B "$(R)"\n  SET C "$(S)"\n  SET D "$(E)"'),
+    "attribute-name-forms": route("  SET A.B 1\n  SET C 2"),
+    "rename-to-invalid-name": route("  RENAME Owner 1abc\n  SET C 2"),
+    "regex-flags": route("  COPY /^max(.*)$/i Lim\\1\n  DELETE /^AUTH/i"),
+    "copy-same-name": route("  COPY Owner Owner\n  RENAME queue queue"),
 }
 
 
