@@ -118,7 +118,17 @@ def load_config(path: str | None, *, no_commands: bool = False,
     from ce_k8s.condor.config import CondorConfig
     from ce_k8s.condor.oldsyntax import gated_config
 
-    cfg = CondorConfig.load(path, run_commands=not no_commands, version=htcondor_version, detected_specials=True)
+    def warm_up() -> None:
+        # while HTCondor's reader (a child process) runs, import what route and routes check use next
+        for name in ("ce_k8s.condor.routing", "ce_k8s.condor.check", "ce_k8s.hooks.translate",
+                     "ce_k8s.pods.builder", "ce_k8s.settings", "yaml"):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # pragma: no cover - an optional part missing is reported where it is used
+                log.debug("%s not importable", name)
+
+    cfg = CondorConfig.load(path, run_commands=not no_commands, version=htcondor_version, detected_specials=True,
+                            while_reading=warm_up)
     notes: list[str] = []
     gated, found, converted = gated_config(cfg)
     gated.diagnostics.extend(d for d in found if d not in gated.diagnostics)

@@ -522,6 +522,7 @@ class CondorConfig:
     def load(
         cls, path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
         run_commands: bool = False, version: Version | None = None, detected_specials: bool = False,
+        while_reading: Callable[[], object] | None = None,
     ) -> CondorConfig:
         """Read a condor_config file (then its LOCAL_CONFIG_DIR/LOCAL_CONFIG_FILE), or a directory
         of config files, or (``None``) the shipped default: config.d/ then routes/.
@@ -532,6 +533,8 @@ class CondorConfig:
         ``detected_specials`` drops what the configuration says about HOSTNAME, FULL_HOSTNAME and the
         other knobs HTCondor sets itself (``_reinsert_specials``), as the router sees them; it is
         implied by ``run_commands`` (HTCondor's own table has them as detected values).
+        ``while_reading`` is called while HTCondor's reader still runs (the caller's own start-up
+        work overlaps with it instead of following it).
         """
         cfg = cls(environ, version=version)
         root: str | None = None
@@ -583,6 +586,8 @@ class CondorConfig:
             cfg._adopt(result)
             return cfg
         if pending is not None:
+            if while_reading is not None:
+                while_reading()
             cfg._adopt(pending.result())
         cfg._note_commands()
         return cfg
