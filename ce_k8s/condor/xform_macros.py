@@ -149,6 +149,12 @@ class _Expander:
         # records the message, evaluate_macro_func returns ""); without a sink it raises.
         self.errors = errors
 
+    def report(self, message: str) -> None:
+        """A problem HTCondor reports (might_EXCEPT) and carries on from with a substitute value."""
+        if self.errors is None:
+            raise MacroError(message)
+        self.errors.append(message)
+
     def raw(self, name: str) -> str | None:
         if name[:3].upper() == "MY.":
             return _my_attr_text(self.ad, name[3:])
@@ -206,19 +212,28 @@ class _Expander:
                 return value
         return self.expand(arg) if "$" in arg else arg
 
-    def evaluate(self, arg: str) -> object:
-        text = self.text_or_literal(arg)
-        expr = parse_old_expr(text)
-        if expr is None:
-            raise MacroError(f"cannot parse {text!r} as an expression")
-        return evaluate_in(self.ad if self.ad is not None else classad2.ClassAd(), expr)
 
 
-def _format(fmt: str, value: object, default: str, what: str) -> str:
-    fmt = fmt.strip() if fmt.strip() else default
+_PRINTF = re.compile(r"%[-+ #0]*\d*(?:\.\d*)?(?:hh|h|ll|l|L|q|j|z|t)?([diouxXeEfFgGaAcspn%])")
+_PRINTF_TYPES = {"int": "diouxXc", "float": "eEfFgGaA", "string": "s"}
+
+
+def _valid_format(fmt: str, kind: str) -> bool:
+    """validatePrintfFormat (printf_format.cpp): exactly one conversion, of the value's type (%p is
+    always accepted, %c for integers); a second conversion or %n makes the format unsafe."""
+    conversions = [m.group(1) for m in _PRINTF.finditer(fmt) if m.group(1) != "%"]
+    if len(conversions) != 1 or conversions[0] == "n":
+        return False
+    return conversions[0] == "p" or conversions[0] in _PRINTF_TYPES[kind]
+
+
+def _format(fmt: str, value: object, kind: str, what: str) -> str:
+    """An explicit format: HTCondor reports an invalid one and uses the format text itself."""
+    if not _valid_format(fmt, kind):
+        raise MacroError(f"{what} macro: '{fmt}' is not a valid format specifier!", replacement=fmt)
     try:
-        return fmt % (value,)
-    except (TypeError, ValueError):
+        return re.sub(r"%p", "%s", fmt) % (value,)
+    except (TypeError, ValueError, OverflowError):
         raise MacroError(f"{what} macro: '{fmt}' is not a valid format specifier!", replacement=fmt) from None
 
 
@@ -244,15 +259,21 @@ def _long_param(text: str) -> int | None:
 
 def _fn_int(exp: _Expander, body: str) -> str:
     arg, _, fmt = body.partition(",")
+    fmt = fmt.strip()
+    if fmt and not _valid_format(fmt, "int"):
+        raise MacroError(f"$INT() macro: '{fmt}' is not a valid format specifier!", replacement=fmt)
     text = exp.text_or_literal(arg)
     value = _long_param(text)
     if value is None:
         raise MacroError(f"$INT() macro: {text} does not evaluate to an integer!")
-    return _format(fmt, value, "%d", "$INT()")
+    return _format(fmt, value, "int", "$INT()") if fmt else str(value)
 
 
 def _fn_real(exp: _Expander, body: str) -> str:
     arg, _, fmt = body.partition(",")
+    fmt = fmt.strip()
+    if fmt and not _valid_format(fmt, "float"):
+        raise MacroError(f"$REAL() macro: '{fmt}' is not a valid format specifier!", replacement=fmt)
     text = exp.text_or_literal(arg)
     try:
         value: object = float(text.strip())
@@ -262,25 +283,44 @@ def _fn_real(exp: _Expander, body: str) -> str:
             value = float(value)
     if not is_number(value):
         raise MacroError(f"$REAL() macro: {text} does not evaluate to an real!")
-    out = _format(fmt, float(value), "%.16G", "$REAL()")
-    if fmt.strip() and "." not in out:
-        out += ".0"  # an explicit format still has to look like a real
-    return out
+    if not fmt:
+        return f"{float(value):.16G}"
+    out = _format(fmt, float(value), "float", "$REAL()")
+    return out if "." in out else out + ".0"  # an explicit format still has to look like a real
 
 
 def _fn_string(exp: _Expander, body: str) -> str:
     """$STRING: the value when it evaluates to a string, otherwise the text itself (not an error)."""
     arg, _, fmt = body.partition(",")
+    fmt = fmt.strip()
+    if fmt and not _valid_format(fmt, "string"):
+        raise MacroError(f"$STRING macro: '{fmt}' is not a valid format specifier!", replacement=fmt)
     text = exp.text_or_literal(arg)
     value = _evaluate_alone(text)
     if isinstance(value, str):
         text = value
-    return _format(fmt, text, "%s", "$STRING()") if fmt.strip() else text
+    return _format(fmt, text, "string", "$STRING()") if fmt else text
+
+
+def _new_syntax_text(value: object) -> str:
+    """ClassAdUnParser (new syntax) for a scalar value: reals as %.15E, as HTCondor prints them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return f'real("{"NaN" if value != value else ("INF" if value > 0 else "-INF")}")'
+        return f"{value:.15E}"
+    if isinstance(value, classad2.Value):
+        return "undefined" if value == classad2.Value.Undefined else "error"
+    if isinstance(value, int):
+        return str(value)
+    return unparse_old(value)
 
 
 def _fn_eval(exp: _Expander, body: str) -> str:
     """$EVAL: evaluated against the job when there is one (config.cpp evaluate_macro_func).
 
+    A string value goes in without quotes, anything else as the new-syntax unparser writes it.
     Text that does not parse becomes the macro-expanded text when it had ``$(...)`` in it, and
     nothing otherwise.
     """
@@ -292,68 +332,80 @@ def _fn_eval(exp: _Expander, body: str) -> str:
     if expr is None:
         return text if "$" in source else ""
     value = evaluate_in(exp.ad if exp.ad is not None else classad2.ClassAd(), expr)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, classad2.Value):
-        return "undefined" if value == classad2.Value.Undefined else "error"
-    return unparse_old(value)
+    return value if isinstance(value, str) else _new_syntax_text(value)
 
 
 def _fn_env(exp: _Expander, body: str) -> str:
+    """$ENV(NAME[:default]): the environment variable, else the default, else ``UNDEFINED``."""
     name, sep, default = body.partition(":")
     value = os.environ.get(name.strip())
     if value is None:
-        return default if sep else ""
+        return default if sep else "UNDEFINED"
     return value
 
 
-def _int_arg(exp: _Expander, arg: str, what: str) -> int:
-    text = exp.text_or_literal(arg)
+def _string_to_long(text: str) -> int | None:
     try:
-        return int(text)
+        return int(text.strip())
     except ValueError:
-        value = exp.evaluate(text)
-        if not is_number(value) or not isinstance(value, int):
-            raise MacroError(f"{what}: {text!r} is not an integer") from None
-        return value
-
-
-def _list_items(exp: _Expander, args: list[str]) -> list[str]:
-    if len(args) == 1:
-        listed = exp.value_of(args[0]) if _MACRO_NAME.match(args[0]) else None
-        source = listed if listed is not None else args[0]
-        return [item for item in re.split(r"[,\s]+", source) if item]
-    return args
+        return None
 
 
 def _fn_choice(exp: _Expander, body: str) -> str:
-    args = _split_args(body)
-    if len(args) < 2:
-        raise MacroError("$CHOICE needs an index and a list")
-    index = _int_arg(exp, args[0], "$CHOICE index")
-    items = _list_items(exp, args[1:])
-    if index < 0 or index >= len(items):
-        raise MacroError(f"$CHOICE index {index} is out of range for {len(items)} items")
+    """$CHOICE(index, list or a,b,c): a bad index is reported and taken as 0; items split on ','."""
+    first, comma, rest = body.partition(",")
+    index_text = exp.text_or_literal(first)
+    index = _long_param(index_text)
+    if index is None or index < 0:
+        exp.report(f"$CHOICE() error: '{index_text}' is invalid index")
+        index = 0
+    if not comma:
+        raise MacroError("$CHOICE() error: no list")
+    if "," not in rest:
+        listed = exp.raw(rest.strip())
+        if listed is None:
+            raise MacroError(f'$CHOICE() macro: no list named "{rest.strip()}"!')
+        rest = exp.expand(listed)
+    items = [item.strip() for item in rest.split(",")]
+    if index >= len(items):
+        raise MacroError(f"$CHOICE() config macro: index {index} is out of range!")
     return items[index]
 
 
 def _fn_random_choice(exp: _Expander, body: str) -> str:
-    items = _list_items(exp, _split_args(body))
+    items = [item.strip() for item in body.split(",") if item.strip()]
+    if len(items) == 1:
+        listed = exp.raw(items[0])
+        if listed is not None:
+            items = [item for item in re.split(r"[,\s]+", exp.expand(listed)) if item]
     if not items:
-        raise MacroError("$RANDOM_CHOICE needs at least one item")
+        raise MacroError("$RANDOM_CHOICE() macro is empty!")
     return random.choice(items)  # noqa: S311 - not security relevant, HTCondor semantics
 
 
 def _fn_random_integer(exp: _Expander, body: str) -> str:
-    args = _split_args(body)
-    if len(args) not in (2, 3):
-        raise MacroError("$RANDOM_INTEGER needs min, max [, step]")
-    low = _int_arg(exp, args[0], "$RANDOM_INTEGER min")
-    high = _int_arg(exp, args[1], "$RANDOM_INTEGER max")
-    step = _int_arg(exp, args[2], "$RANDOM_INTEGER step") if len(args) == 3 else 1
-    if step <= 0 or high < low:
-        raise MacroError("$RANDOM_INTEGER needs min <= max and a positive step")
-    return str(random.randrange(low, high + 1, step))  # noqa: S311
+    """$RANDOM_INTEGER(min, max[, step]): bad values are reported and replaced, as HTCondor does."""
+    args = [item.strip() for item in body.split(",")]
+    low = _string_to_long(args[0]) if args and args[0] else None
+    if low is None:
+        exp.report("$RANDOM_INTEGER() config macro: invalid min!")
+        low = 0
+    high = _string_to_long(args[1]) if len(args) > 1 and args[1] else None
+    if high is None:
+        exp.report("$RANDOM_INTEGER() config macro: invalid max!")
+        high = low
+    step = 1
+    if len(args) > 2 and args[2]:
+        parsed = _string_to_long(args[2])
+        step = parsed if parsed is not None else 1
+    if step < 1:
+        exp.report("$RANDOM_INTEGER() config macro: invalid step!")
+        step = 1
+    if low > high:
+        exp.report("$RANDOM_INTEGER() config macro: min > max!")
+        low = high
+    count = (step + high - low) // step
+    return str(low + random.randrange(count) * step)  # noqa: S311
 
 
 def _fn_substr(exp: _Expander, body: str) -> str:
@@ -371,39 +423,85 @@ def _fn_substr(exp: _Expander, body: str) -> str:
     return rest
 
 
-def _path_function(exp: _Expander, letters: str, body: str) -> str:
-    """``$F[fpduwnxbqa](name)``: pieces of a file name held by a macro (or written literally)."""
-    arg = body.strip()
-    value = exp.value_of(arg) if _MACRO_NAME.match(arg) and "/" not in arg else None
-    path = value if value is not None else ("" if _MACRO_NAME.match(arg) and "/" not in arg else arg)
-    if "f" in letters and path and not os.path.isabs(path):
-        path = os.path.join(os.getcwd(), path)
+def _int_arg(exp: _Expander, arg: str, what: str) -> int:
+    text = exp.text_or_literal(arg)
+    value = _long_param(text)
+    if value is None:
+        raise MacroError(f"{what}: {text!r} is not an integer")
+    return value
+
+
+def _basename_plus_dirs(path: str, num_dirs: int) -> int:
+    """condor_basename_plus_dirs: where the last ``num_dirs`` directories and the file name start."""
+    starts = [i + 1 for i, ch in enumerate(path) if ch in "/\\"]
+    starts = starts[: max(0, len(starts) - num_dirs)]
+    return starts[-1] if starts else 0
+
+
+def _path_function(exp: _Expander, letters: str, body: str, which: str = "F") -> str:
+    """``$F[xnpdabfwuq](name)``, ``$BASENAME(name[, suffix])``, ``$DIRNAME(name)``: pieces of a file
+    name held by a macro (or written literally), as config.cpp evaluate_macro_func cuts them.
+
+    On Linux only ``/`` separates directories (condor_basename); the extension is from the last
+    ``.`` after the first character of the file name (condor_basename_extension_ptr).
+    """
+    kill_suffix = None
+    if which == "BASENAME" and "," in body:
+        body, _, kill_suffix = body.rpartition(",")
+        kill_suffix = kill_suffix.lstrip()
+    raw = exp.raw(body)
+    value = body if raw is None else raw
+    if "$" in value:
+        value = exp.expand(value)
+    parts = {"BASENAME": 3, "DIRNAME": 4}.get(which, 0)
+    num_dirs = 0
+    if which == "F":
+        for ch in letters:
+            parts |= {"x": 1, "n": 2, "p": 4, "d": 8}.get(ch, 0)
+            num_dirs += ch == "d"
+    quote = ("'" if "a" in letters else '"') if "q" in letters else ""
+    bare = "b" in letters
+    if len(value) > 1 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]  # strlen_unquote
+    if "f" in letters and value and not os.path.isabs(value):
+        value = os.path.join(os.getcwd(), value)
     if "w" in letters:
-        path = path.replace("/", "\\")
+        value = value.replace("/", "\\")
     elif "u" in letters:
-        path = path.replace("\\", "/")
-    sep = "\\" if "w" in letters else "/"
-    cut = max(path.rfind("/"), path.rfind("\\"))
-    directory, filename = (path[: cut + 1], path[cut + 1 :]) if cut >= 0 else ("", path)
-    stem, dot, ext = filename.rpartition(".")
-    if not dot:
-        stem, ext = filename, ""
-    parts: list[str] = []
-    if "p" in letters:
-        parts.append(directory)
-    elif "d" in letters:
-        trimmed = directory.rstrip("/\\")
-        last = trimmed[max(trimmed.rfind("/"), trimmed.rfind("\\")) + 1 :]
-        parts.append(last if "b" in letters or not last else last + sep)
-    if "n" in letters:
-        parts.append(stem)
-    if "x" in letters and ext:
-        parts.append(ext if "b" in letters else "." + ext)
-    result = "".join(parts) if any(c in letters for c in "pdnx") else path
-    if "q" in letters:
-        quote = "'" if "a" in letters else '"'
-        result = quote + result + quote
-    return result
+        value = value.replace("\\", "/")
+    end = len(value)
+    name_at = value.rfind("/") + 1
+    dot = value.rfind(".", name_at + 1)
+    ext_at = dot if dot > name_at else end
+    cut = end - len(kill_suffix or "")
+    if kill_suffix and cut >= name_at and value[cut:].lower() == kill_suffix.lower():
+        ext_at = cut
+        parts &= ~1
+    if not name_at and parts & 3:
+        parts &= ~(4 | 8)
+    begin = 0
+    kind = parts & 0xF
+    if kind == 1:
+        begin = ext_at + (1 if bare and ext_at < end else 0)
+    elif kind == 3:
+        begin = name_at
+    elif kind == 2:
+        begin, end = name_at, ext_at
+    elif kind == 4:
+        end = name_at - 1 if bare and name_at > 0 else name_at
+    elif kind == 6:
+        end = ext_at
+    elif kind not in (0, 5, 7):
+        if name_at > 0:
+            begin = _basename_plus_dirs(value, num_dirs)
+            if parts & 3 == 2:
+                end = ext_at
+            elif parts & 3 == 0:
+                end = name_at - 1 if bare and name_at > 0 else name_at
+        else:
+            begin = end = 1
+    result = value[begin:end] if begin <= end else ""
+    return f"{quote}{result}{quote}" if quote else result
 
 
 _FUNCTIONS: dict[str, Callable[[_Expander, str], str]] = {
@@ -416,8 +514,8 @@ _FUNCTIONS: dict[str, Callable[[_Expander, str], str]] = {
     "RANDOM_CHOICE": _fn_random_choice,
     "RANDOM_INTEGER": _fn_random_integer,
     "SUBSTR": _fn_substr,
-    "DIRNAME": lambda exp, body: _path_function(exp, "p", body),
-    "BASENAME": lambda exp, body: _path_function(exp, "nx", body),
+    "DIRNAME": lambda exp, body: _path_function(exp, "", body, "DIRNAME"),
+    "BASENAME": lambda exp, body: _path_function(exp, "", body, "BASENAME"),
 }
 
 

@@ -282,7 +282,8 @@ def test_path_functions():
     assert expand_macros("$Fnxq(F)", macros) == '"simulate.exe"'
     assert expand_macros("$BASENAME(F)", macros) == "simulate.exe"
     assert expand_macros("$DIRNAME(F)", macros) == "/tmp/dir/"
-    assert expand_macros("$Fq(undefinedname)", macros) == '""'
+    # evaluate_macro_func: a name that is no macro is taken as the file name itself (HTCondor gives "undefinedname").
+    assert expand_macros("$Fq(undefinedname)", macros) == "\"undefinedname\""
 
 
 def test_env_function(monkeypatch):

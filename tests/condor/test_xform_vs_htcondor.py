@@ -114,6 +114,51 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
+    ('choice-bad',
+     'list = a, b\n'
+     'SET A "$CHOICE(5, list)"\n'
+     'SET B "$CHOICE(x, list)"\n'
+     'SET C "$CHOICE(1, nolist)"\n'
+     'SET D "[$CHOICE(0,list)]"'),
+    ('substr-more',
+     'v = abcdef\n'
+     'SET A "$SUBSTR(v, -3, 2)"\n'
+     'SET B "$SUBSTR(v, 10)"\n'
+     'SET C "$SUBSTR(v, 1, -2)"\n'
+     'SET D "$SUBSTR(v)"'),
+    ('fname-more',
+     'f = /a/b/c.tar.gz\n'
+     'SET A "$Fdb(f)"\n'
+     'SET B "$Fxb(f)"\n'
+     'SET C "$Fqa(f)"\n'
+     'g = c:\\\\x\\\\y.txt\n'
+     'SET D "$Fnx(g)"\n'
+     'SET E "$Fddn(f)"\n'
+     'SET F "$F(f)"'),
+    ('int-fmt',
+     'v = 7\n'
+     'SET A "$INT(v,%5d)"\n'
+     'SET B "$INT(v,%s)"\n'
+     'SET C "$REAL(v,%x)"\n'
+     'SET D "$REAL(nonum)"\n'
+     'SET E "$INT(3.9)"\n'
+     'SET F "$REAL(1/3)"'),
+    ('string-more',
+     'SET A "$STRING(undefined_name)"\n'
+     's = strcat("a", "b")\n'
+     'SET B "$STRING(s)"\n'
+     'SET C "$STRING(s,%-4s|)"'),
+    ('eval-more',
+     'SET A "$EVAL(Owner)"\n'
+     'SET B $EVAL(xcount * 2)\n'
+     'SET C "$EVAL(strcat("x", "y"))"\n'
+     'SET D "$EVAL({1,2})"\n'
+     'SET E "$EVAL(Nope)"\n'
+     'SET F "$EVAL(1.5)"'),
+    ('env-more',
+     'SET A "$ENV(CE_K8S_NOPE)"\n'
+     'SET B "$ENV(CE_K8S_NOPE:)"'),
+    ('random-integer-fixed', 'SET A $RANDOM_INTEGER(4, 4)\nSET B $RANDOM_INTEGER(5, 1)'),
     ('nested-functions', 'w = nope nope\nv = 2\nSET I "$EVAL($(w))"\nSET J $EVAL($(v)+1)\nSET K "$SUBSTR($(w),1)"\n'
      'SET L "$INT($(v))"\nSET M "$ENV(HOME_NOPE:$(w))"'),
     ('macro-in-my-value', 'SET A "$(MY.Tricky)"\nSET B "$(DOLLAR)(w) $(dollar)"'),
