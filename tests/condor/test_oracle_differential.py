@@ -137,6 +137,10 @@ CASES: dict[str, str] = {
                               "  TargetUniverse = 5\n  SET A 1\n@end\n"),
     "grid-resource-quoting": ("JOB_ROUTER_ROUTE_NAMES = T\nJOB_ROUTER_ROUTE_T @=end\n  REQUIREMENTS true\n"
                               "  GridResource = batch   slurm  \n  SET A 1\n@end\n"),
+    "requirements-error-poisons-candidacy": ("JOB_ROUTER_ROUTE_NAMES = E T\nJOB_ROUTER_ROUTE_E @=end\n"
+                                             "  REQUIREMENTS Owner + 1\n  SET A 1\n@end\n"
+                                             + route("  SET A 2").split("\n", 1)[1]),
+    "source-constraint-excludes": route("  SET A 1", extra="JOB_ROUTER_SOURCE_JOB_CONSTRAINT = RequestCpus > 100\n"),
     "classad-route-in-new-knob": ("JOB_ROUTER_ROUTE_NAMES = Old T\n"
                                   "JOB_ROUTER_ROUTE_Old = [ name = \"Old\"; GridResource = \"batch pbs\"; ]\n"
                                   + route("  SET A 2").split("\n", 1)[1]),

@@ -95,6 +95,8 @@ class OracleResult:
     notes: list[str] = field(default_factory=list)
     log: str = ""
     config_error_line: int | None = None
+    candidate: bool | None = None   # JobRouter::GetCandidateJobs's umbrella constraint, true for the job
+    umbrella: str = ""              # that constraint (route/ad are ChooseRoute's, whatever candidate says)
 
     def ad(self):
         """The routed ad as a classad2.ClassAd (None when the router gave up), read from HTCondor's
@@ -364,9 +366,15 @@ def differences_from_ce_k8s(config, job_text: str, ce_config=None, workdir: Path
     if len(results) != 1:
         return [f"ce-k8s route gave {len(results)} results for one job: {results}"]
     ours = results[0]
-    if ours["route"] is None and any(v.get("check") == "built-in" and v.get("result") is not True
-                                     for v in ours.get("explain") or []):
-        return [f"not a candidate: {ours.get('explain')}"]
+    ours_candidate = not (ours["route"] is None and any(v.get("check") == "built-in" and v.get("result") is not True
+                                                        for v in ours.get("explain") or []))
+    if first.candidate is False:
+        if ours["route"] is not None:
+            return [f"HTCondor's umbrella constraint excludes the job ({first.umbrella}); ce-k8s routes it"]
+        return []
+    if not ours_candidate:
+        return [f"ce-k8s finds the job is no candidate ({ours.get('explain')}); HTCondor's umbrella constraint "
+                f"takes it ({first.umbrella})"]
     oracle, oracle_ad = oracle_as_ce_k8s_route(config, job_text, ce_config=ce_config, first=first)
     if ours["route"] != oracle.route:
         return [f"ce-k8s routes the job to {ours['route']!r}, HTCondor to {oracle.route!r} "
@@ -652,6 +660,41 @@ def _ce_k8s_vanilla_to_grid(text: str, info: RouteInfo) -> str:
     return ad.printOld()
 
 
+def _umbrella_constraint(shim: _Shim, routes: list[RouteInfo]) -> str:
+    """JobRouter::GetCandidateJobs's umbrella constraint, built from the same pieces: the source
+    constraint, each distinct route REQUIREMENTS (routing-table order: names compared without
+    case; none means True), the built-in terms. The router runs as root on a CE, so the clause
+    that limits a non-root router to its own user's jobs is not added."""
+    source = shim.param("JOB_ROUTER_SOURCE_JOB_CONSTRAINT")
+    router_name = shim.param("JOB_ROUTER_NAME") or "jobrouter"
+    seen: list[str] = []
+    for info in sorted(routes, key=lambda r: r.name.lower()):
+        text = info.requirements or "True"
+        if text not in seen:
+            seen.append(text)
+    if not seen:
+        return ""
+    umbrella = f"({source}) && " if source else ""
+    umbrella += "( " + " || ".join(f"({text})" for text in seen) + " )"
+    umbrella += (' && (target.ProcId >= 0 && target.JobStatus == 1 && (target.StageInStart is undefined || '
+                 'target.StageInFinish isnt undefined) && target.Managed isnt "ScheddDone" && target.Managed isnt '
+                 f'"External" && target.Owner isnt Undefined && target.RoutedBy isnt "{router_name}")')
+    return umbrella
+
+
+def _is_candidate(umbrella: str, job_text: str) -> bool:
+    """LocalCollectionQuery::Query: the umbrella as the Requirements of a query ad, matched
+    against the job (MatchClassAd's rightMatchesLeft, job as TARGET and alternate scope)."""
+    import classad2
+
+    if not umbrella:
+        return False
+    query = classad2.ClassAd()
+    query["Requirements"] = classad2.ExprTree(umbrella)
+    job = classad2.parseOne(_long_form(job_text), classad2.ParserType.Old)
+    return bool(job.matches(query))
+
+
 def _child(request_file: str, result_file: str) -> int:
     request = json.loads(Path(request_file).read_text())
     import htcondor2
@@ -660,7 +703,8 @@ def _child(request_file: str, result_file: str) -> int:
     htcondor2.reload_config()
     shim = _Shim(request["shim"])
     result: dict = {"route": None, "ad_text": None, "ad_json": None, "failed": False, "errors": [], "applied": [],
-                    "routes": [], "route_order": [], "routing_enabled": True, "notes": []}
+                    "routes": [], "route_order": [], "routing_enabled": True, "notes": [], "candidate": None,
+                    "umbrella": ""}
     bodies = request.get("bodies")
     given_pre = None if bodies is None else bodies.get("pre", [])
     given_post = None if bodies is None else bodies.get("post", [])
@@ -678,13 +722,19 @@ def _child(request_file: str, result_file: str) -> int:
     elif not result["routing_enabled"]:
         result["failed"] = True
     else:
+        result["umbrella"] = _umbrella_constraint(shim, [info for _, info in table.values()])
+        result["candidate"] = _is_candidate(result["umbrella"], request["job"])
         chosen = None
         if request.get("route"):
             chosen = table.get(request["route"].lower())
             if chosen is None:
                 result["errors"].append(f"no valid route named {request['route']}")
         else:
+            # ChooseRoute alone; whether the router would look at the job at all is "candidate"
             chosen = next(((x, i) for x, i in order if shim.lib.xo_xform_matches(x, src)), None)
+        if not result["candidate"]:
+            result["notes"].append("not a candidate: the router's umbrella constraint is not true for the job, "
+                                   "so it never reaches route selection (route shows what ChooseRoute would pick)")
         if chosen is None:
             result["failed"] = True
         else:
