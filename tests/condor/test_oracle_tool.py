@@ -100,3 +100,17 @@ def test_command_line_routes_every_ad_of_a_json_file() -> None:
 def test_split_job_ads_reads_long_form_blocks() -> None:
     ads = xform_oracle.split_job_ads("# comment\nA = 1\nB = 2\n\n\nA = 3\n")
     assert ads == ["A = 1\nB = 2\n", "A = 3\n"]
+
+
+def test_candidacy_follows_the_umbrella_constraint(tmp_path: Path) -> None:
+    config = tmp_path / "condor_config"
+    config.write_text("JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.RequestCpus < 4\nJOB_ROUTER_ROUTE_NAMES = R\n"
+                      "JOB_ROUTER_ROUTE_R @=end\n  SET A 1\n@end\n")
+    idle = xform_oracle.run_oracle(config, JOB)
+    assert idle.candidate is True and idle.route == "R"
+    assert idle.umbrella.startswith("(target.RequestCpus < 4) && ( (True) )"), idle.umbrella
+    running = xform_oracle.run_oracle(config, JOB.replace("JobStatus = 1", "JobStatus = 2"))
+    assert running.candidate is False and running.route == "R"
+    assert any(note.startswith("not a candidate") for note in running.notes)
+    too_big = xform_oracle.run_oracle(config, JOB.replace("RequestCpus = 2", "RequestCpus = 8"))
+    assert too_big.candidate is False
