@@ -380,7 +380,7 @@ def _c_format(fmt: str, value: object, kind: str, where: Origin) -> str:
     """printf ``fmt`` with one conversion of ``kind`` (validatePrintfFormat); a bad format yields itself."""
     m = _PRINTF.match(fmt)
     if m is None or "%" in m.group(4).replace("%%", "") or m.group(3) not in _PRINTF_KINDS[kind]:
-        log.warning("%s: %r is not a valid format specifier; HTCondor uses the format text itself", where, fmt)
+        log.info("%s: %r is not a valid format specifier; HTCondor uses the format text itself", where, fmt)
         return fmt
     conversion = m.group(3).replace("i", "d")
     return m.group(1) + ("%" + m.group(2) + conversion) % value + m.group(4).replace("%%", "%")
@@ -923,7 +923,7 @@ class CondorConfig:
             return _c_format(fmt, value, "s", where) if comma else value
         number = _classad_number(value, func == "INT")
         if number is None:
-            log.warning("%s: $%s(%s): %s does not evaluate to %s; HTCondor expands it to nothing", where, func, body,
+            log.info("%s: $%s(%s): %s does not evaluate to %s; HTCondor expands it to nothing", where, func, body,
                         value, "an integer" if func == "INT" else "a real")
             return ""
         if func == "INT":

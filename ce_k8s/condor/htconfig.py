@@ -237,16 +237,27 @@ def _metaknob_functions() -> tuple[object, object, object]:
     return _meta_functions
 
 
+def _c_string(text: str) -> bytes | None:
+    """``text`` for a C string argument; None when it cannot be one (a NUL: no HTCondor name has one)."""
+    if "\0" in text:
+        return None
+    return text.encode("utf-8", "replace")
+
+
 def metaknob_category_exists(category: str) -> bool:
     """Whether HTCondor knows the metaknob category (``if defined use CATEGORY``)."""
     table, _value, _default = _metaknob_functions()
-    return bool(table(category.encode("utf-8"), None))  # type: ignore[operator]
+    c_category = _c_string(category)
+    return c_category is not None and bool(table(c_category, None))  # type: ignore[operator]
 
 
 def metaknob_text(category: str, name: str) -> str | None:
     """The raw text of ``use CATEGORY : NAME`` from HTCondor's table, or None when it has no such metaknob."""
     _table, value, _default = _metaknob_functions()
-    text = value(category.encode("utf-8"), name.encode("utf-8"), None)  # type: ignore[operator]
+    c_category, c_name = _c_string(category), _c_string(name)
+    if c_category is None or c_name is None:
+        return None
+    text = value(c_category, c_name, None)  # type: ignore[operator]
     return None if text is None else text.decode("utf-8", "surrogateescape")
 
 
@@ -254,5 +265,8 @@ def param_default(name: str, subsystem: str | None = "JOB_ROUTER") -> str | None
     """HTCondor's built-in default for a knob (raw; the subsystem's own default first), or None: what
     a self reference or ``+=`` finds when no configuration line set the knob yet (config.cpp ``lookup_macro``)."""
     _table, _value, default = _metaknob_functions()
-    text = default(name.encode("utf-8"), subsystem.encode("utf-8") if subsystem else None)  # type: ignore[operator]
+    c_name = _c_string(name)
+    if c_name is None:
+        return None
+    text = default(c_name, _c_string(subsystem) if subsystem else None)  # type: ignore[operator]
     return None if text is None else text.decode("utf-8", "surrogateescape")
