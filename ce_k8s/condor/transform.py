@@ -477,7 +477,7 @@ class Transform:
 
         ctx = ConditionContext(
             lookup=macros.lookup,
-            has_attr=(lambda attr: ad is not None and attr in ad),
+            has_attr=(lambda attr: bool(macros.local_or_default("MY." + attr)) or (ad is not None and attr in ad)),
             evaluate=evaluate if ad is not None else None,
             version=macros.version,
         )
@@ -509,6 +509,10 @@ class Transform:
             value = expand_macros(value, macros, ad, errors)
             for message in errors:
                 self._note(found, line, message)
+        if line.name[:1] in "+-":
+            # Submit syntax: `+Attr = x` / `-Attr =` set the macro MY.Attr (Parse_macros), not the ad.
+            macros.set("MY." + line.name[1:], value if line.name[0] == "+" else "")
+            return
         macros.set(line.name, value)
 
     def _check_statement(self, line: _Line) -> None:

@@ -75,18 +75,23 @@ class MacroSet:
         return sorted(self._macros)
 
     def lookup(self, name: str) -> str | None:
-        """Raw value of a macro: local first, then the config, then the predefined table."""
+        """Raw value of a macro (config.cpp lookup_macro, for a name that is no job attribute)."""
+        value = self.local_or_default(name)
+        return value if value is not None else self.in_config(name)
+
+    def local_or_default(self, name: str) -> str | None:
+        """lookup_macro's first places: this macro set, then the predefined transform macros."""
         value = self._macros.get(name.lower())
         if value is not None:
             return value
-        if self._config is not None:
-            value = self._config.lookup_macro(name)
-            if value is not None:
-                return value
         for key, predefined in _PREDEFINED.items():
             if key.lower() == name.lower():
                 return predefined
         return None
+
+    def in_config(self, name: str) -> str | None:
+        """lookup_macro's last place (``also_in_config``): the configuration, unexpanded."""
+        return self._config.lookup_macro(name) if self._config is not None else None
 
     def copy(self) -> MacroSet:
         clone = MacroSet(self._config, self.version)
@@ -156,17 +161,20 @@ class _Expander:
         self.errors.append(message)
 
     def raw(self, name: str) -> str | None:
+        """config.cpp lookup_macro: the macro set (``+Attr = x`` lines set ``MY.Attr`` there), the
+        predefined macros, the job's attribute for ``MY.x``, then the configuration."""
+        value = self.macros.local_or_default(name)
+        if value is not None:
+            return value
         if name[:3].upper() == "MY.":
-            return _my_attr_text(self.ad, name[3:])
-        return self.macros.lookup(name)
+            value = _my_attr_text(self.ad, name[3:])
+            if value is not None:
+                return value
+        return self.macros.in_config(name)
 
     def value_of(self, name: str) -> str | None:
         raw = self.raw(name)
-        if raw is None:
-            return None
-        if name[:3].upper() == "MY.":
-            return raw
-        return self.expand(raw)
+        return None if raw is None else self.expand(raw)
 
     def expand(self, text: str) -> str:
         """config.cpp ``expand_macro`` (the char* one XFormHash uses): replace the leftmost reference,

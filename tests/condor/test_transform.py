@@ -472,3 +472,11 @@ def test_default_replaces_an_empty_macro_too():
     """MACRO_ID_NORMAL: `$(x:d)` uses d when x is undefined *or* its raw value is empty."""
     ad, _ = run('x =\nSET A "$(x:dflt)"\ny = $(x)\nSET B "$(y:dflt2)"')
     assert ad.eval("A") == "dflt" and ad.eval("B") == ""
+
+
+def test_plus_attribute_lines_set_my_macros_not_the_ad():
+    """Parse_macros (submit syntax): `+Attr = x` sets the macro MY.Attr, which lookup_macro finds
+    before the job's attribute; `-Attr =` sets it empty. The ad itself is not changed."""
+    ad, _ = run('+Foo = 1\nSET A "$(MY.Foo)"\n-Owner =\nSET B "[$(MY.Owner)]"', 'Owner = "pilot"')
+    assert ad.eval("A") == "1" and "Foo" not in ad
+    assert ad.eval("B") == "[]" and ad.eval("Owner") == "pilot"

@@ -114,6 +114,11 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
+    ('plus-attr', '+Foo = 1\nSET A "$(MY.Foo)"\n-Owner =\nSET B "[$(MY.Owner)]"\nif defined MY.Foo\n SET C 1\nendif'),
+    ('keyword-lower-args', 'set a = 1\ndelete A'),
+    ('default-expr', 'DEFAULT RequestMemory ifThenElse(RequestCpus > 1, 2000, 1000)'),
+    ('if-else-nested', 'if defined MY.xcount\n if $(MY.xcount:0)\n  SET A 1\n else\n  SET A 2\n endif\n'
+     'else\n SET A 3\nendif'),
     ('choice-bad',
      'list = a, b\n'
      'SET A "$CHOICE(5, list)"\n'
