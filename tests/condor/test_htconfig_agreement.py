@@ -232,3 +232,27 @@ def test_shipped_default_configuration_agrees():
     theirs, defaults = htcondor_raw(None, dirs)
     assert ours_raw(ours, defaults) == theirs
     assert any(k.startswith("job_router_route_") for k in theirs)
+
+
+def _doc_blocks() -> list[tuple[str, str]]:
+    """Every ```condor-config block of docs/*.md, as (doc:line, text)."""
+    import re
+
+    found = []
+    for doc in sorted((TESTS.parent / "docs").glob("*.md")):
+        text = doc.read_text()
+        for m in re.finditer(r"```condor-config\n(.*?)```", text, re.DOTALL):
+            found.append((f"{doc.name}:{text[: m.start()].count(chr(10)) + 1}", m.group(1)))
+    return found
+
+
+def test_there_are_documented_configurations():
+    assert len(_doc_blocks()) >= 3
+
+
+@pytest.mark.parametrize("where,text", _doc_blocks(), ids=[w for w, _ in _doc_blocks()])
+def test_every_documented_configuration_agrees(tmp_path, where, text):
+    """The configurations docs/ shows admins read the same with both readers."""
+    root = tmp_path / "condor_config"
+    root.write_text(text)
+    assert_agree(root)
