@@ -86,6 +86,11 @@ CATEGORIES = {
         "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES) Mine\n",
         ["X", "Z", "DAEMON_LIST", "P", "Q", "R", "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES"],
     ),
+    # config.cpp lookup_macro with the router's subsystem: JOB_ROUTER.X first, also for += and $(X)
+    "subsystem_prefix": (
+        "JOB_ROUTER.X = jr\nX = plain\nX += a\nY = y0\nJOB_ROUTER.Y = jy\nY = $(Y) b\nZ = $(X)/$(Y)\n",
+        ["X", "Y", "Z"],
+    ),
     # config.cpp evaluate_macro_func: $INT/$REAL/$STRING (ClassAd evaluation; failure = empty)
     "typed_macros": (
         'A = 2*3\nF = 1.5\nS = "quo" + "ted"\nS2 = strcat("a", "b")\nNS = plain words\n'
