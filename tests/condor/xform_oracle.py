@@ -240,6 +240,28 @@ def run_oracle(config, job_text: str, *, route: str | None = None, dest_text: st
     return OracleResult(routes=routes, log=output, **data)
 
 
+def convert_old_routes(entries: str | None = None, defaults: str | None = None, config: str = "",
+                       timeout: float = 120) -> list[dict]:
+    """HTCondor's own conversion of old-syntax routes (JOB_ROUTER_ENTRIES text, JOB_ROUTER_DEFAULTS
+    ad) to transform statements: [{"rval", "name", "statements"}] per route, in order. rval > 0
+    is success (ConvertClassadJobRouterRouteToXForm, xform_utils.cpp). ``entries``/``defaults``
+    None: read from ``config`` (configuration text) by HTCondor's reader."""
+    shim = shim_path()
+    with tempfile.TemporaryDirectory(prefix="xform-oracle-") as tmp:
+        work = Path(tmp)
+        (work / "condor_config").write_text(config)
+        (work / "request.json").write_text(json.dumps({"shim": str(shim),
+                                                       "convert": {"entries": entries, "defaults": defaults}}))
+        env = dict(os.environ, CONDOR_CONFIG=str(work / "condor_config"))
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(work / "request.json"),
+                               str(work / "result.json")], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if not (work / "result.json").is_file():
+            raise RuntimeError(f"HTCondor's code ended the oracle process (exit {done.returncode}): "
+                               f"{(done.stdout + done.stderr).strip()}")
+        return json.loads((work / "result.json").read_text())
+
+
 # ---- comparing with ce-k8s (parent side; imports ce_k8s lazily) ----------------------------------
 
 # JobRouter::FinishSubmitJob writes these after ApplyRoutingJobEdits; they are not transform output.
@@ -425,6 +447,7 @@ class _Shim:
             "xo_local_param": (vp, [vp, cp, ctypes.POINTER(ip)]),
             "xo_local_param_unquoted": (vp, [vp, cp, ctypes.POINTER(ip)]),
             "xo_local_param_int": (ip, [vp, cp, ip]),
+            "xo_convert_old_route": (vp, [cp, ctypes.POINTER(ip), cp, cp]),
         }
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
@@ -660,6 +683,30 @@ def _ce_k8s_vanilla_to_grid(text: str, info: RouteInfo) -> str:
     return ad.printOld()
 
 
+def _convert_old(shim: _Shim, entries: str | None, defaults: str | None) -> list[dict]:
+    """Every "[ ... ]" route of ``entries`` through ConvertClassadJobRouterRouteToXForm; None:
+    the configuration's JOB_ROUTER_ENTRIES / JOB_ROUTER_DEFAULTS, read with param() as the 23.x
+    router read them (comment lines inside a multi-line value are gone by then)."""
+    if entries is None:
+        entries = shim.param("JOB_ROUTER_ENTRIES") or ""
+    if defaults is None:
+        defaults = shim.param("JOB_ROUTER_DEFAULTS") or "[]"
+    out = []
+    offset = ctypes.c_int(0)
+    data = entries.encode("utf-8", "surrogateescape")
+    while offset.value < len(data) and data[offset.value:].strip():
+        before = offset.value
+        text = shim.take(shim.lib.xo_convert_old_route(data, ctypes.byref(offset), defaults.encode(), b""))
+        if text is None:
+            out.append({"rval": -1, "name": "", "statements": "the defaults ad does not parse"})
+            break
+        rval, name, statements = [*text.split("\n", 2), "", ""][:3]
+        out.append({"rval": int(rval), "name": name, "statements": statements})
+        if int(rval) <= 0 or offset.value <= before:
+            break
+    return out
+
+
 def _umbrella_constraint(shim: _Shim, routes: list[RouteInfo]) -> str:
     """JobRouter::GetCandidateJobs's umbrella constraint, built from the same pieces: the source
     constraint, each distinct route REQUIREMENTS (routing-table order: names compared without
@@ -702,6 +749,9 @@ def _child(request_file: str, result_file: str) -> int:
     htcondor2.set_subsystem("JOB_ROUTER")
     htcondor2.reload_config()
     shim = _Shim(request["shim"])
+    if "convert" in request:
+        Path(result_file).write_text(json.dumps(_convert_old(shim, **request["convert"])))
+        return 0
     result: dict = {"route": None, "ad_text": None, "ad_json": None, "failed": False, "errors": [], "applied": [],
                     "routes": [], "route_order": [], "routing_enabled": True, "notes": [], "candidate": None,
                     "umbrella": ""}

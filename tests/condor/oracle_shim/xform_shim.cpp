@@ -79,6 +79,9 @@ class XFormHash {
   int local_param_int(const char *name, int def_value, macro_eval_context &ctx, bool *exists);
 };
 
+int ConvertClassadJobRouterRouteToXForm(std::vector<std::string> &statements, std::string &name,
+                                        const std::string &routing_string, int &offset,
+                                        const classad::ClassAd &base_route_ad, int options);
 bool ValidateXForm(MacroStreamXFormSource &xfm, XFormHash &mset, int *step_count, std::string &errmsg);
 int TransformClassAd(classad::ClassAd *input_ad, MacroStreamXFormSource &xfm, XFormHash &mset,
                      std::string &errmsg, unsigned int flags, XFormAdUndo *undo);
@@ -192,6 +195,27 @@ char *xo_xform_text(void *xfm) {
   std::string buf;
   static_cast<MacroStreamXFormSource *>(xfm)->getFormattedText(buf, "", false);
   return dup_string(buf);
+}
+
+// ConvertClassadJobRouterRouteToXForm (the old JOB_ROUTER_ENTRIES syntax, as the 23.x router and
+// `condor_job_router_info -convert` use it): one "[ ... ]" route from *offset, over the defaults
+// ad (new ClassAd syntax, "[]" for none). Returns "rval\nname\nstatement\n..."; *offset advances.
+char *xo_convert_old_route(const char *routing_string, int *offset, const char *defaults_text, const char *name) {
+  void *buf = object_buffer();
+  if (!buf) return nullptr;
+  auto *parser = new (buf) classad::ClassAdParser();
+  classad::ClassAd *base = parser->ParseClassAd(defaults_text && *defaults_text ? defaults_text : "[]", true);
+  if (!base) return nullptr;
+  std::vector<std::string> statements;
+  std::string route_name = name ? name : "";
+  std::string text = routing_string;
+  int rval = ConvertClassadJobRouterRouteToXForm(statements, route_name, text, *offset, *base, 0);
+  std::string out = std::to_string(rval) + "\n" + route_name + "\n";
+  for (const auto &line : statements) {
+    out += line;
+    out += "\n";
+  }
+  return dup_string(out);
 }
 
 // ---- the macro set ----------------------------------------------------------------------------
