@@ -1,8 +1,8 @@
 """The raw HTCondor config reader (ce_k8s.condor.config).
 
-Rules come from jobrouter-protocol.md §6/§7.1 (a faithful raw reader: ``@=`` blocks, ``\\``
+Rules come from HTCondor's config.cpp (a faithful raw reader: ``@=`` blocks, ``\\``
 continuations, ``#`` comments, LOCAL_CONFIG_DIR in sorted order, ``$(X)`` for non-route knobs),
-htcondor-ce.md §1.3 (LOCAL_CONFIG_DIR / LOCAL_CONFIG_FILE layout) and HTCondor's config.cpp; the
+condor_config.cpp (LOCAL_CONFIG_DIR / LOCAL_CONFIG_FILE, docs/internals.md "ce_k8s.condor.config"); the
 expected values were checked against ``htcondor2.param`` 25.14.1 (see test_config_oracle.py).
 """
 
@@ -37,7 +37,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_assignment_names_are_case_insensitive_and_keep_first_spelling():
-    """§6: keys are case-insensitive; HTCondor keeps the key of the first definition."""
+    """config.cpp insert_macro: keys are case-insensitive; HTCondor keeps the key of the first definition."""
     c = cfg_of("Foo = 1\nFOO = 2\nbar=3\n")
     assert c.get("foo") == "2" and c.raw("FoO") == "2"
     assert c.names() == ["Foo", "bar"]
@@ -64,7 +64,8 @@ def test_leading_and_trailing_whitespace_is_trimmed():
 
 
 def test_backslash_continuation_joins_lines_keeping_the_space_before_it():
-    """§7.1 '\\' continuation; a '#' line inside must itself end in '\\' (only its last char stays)."""
+    """getline_implementation: '\\' continuation; a '#' line inside must itself end in '\\' (only its last char
+    stays)."""
     c = cfg_of("H = line1 \\\n    line2 \\\n# comment in continuation \\\n    line3\nNEXT = x\n")
     assert c.raw("H") == "line1 line2 line3"
     assert c.origin("NEXT") == Origin("test.conf", 5)
@@ -83,7 +84,7 @@ def test_blank_line_ends_a_continuation():
 
 
 def test_here_block_drops_comments_blank_lines_and_indentation():
-    """§6: comment lines and indentation inside @= blocks are removed (htcondor2 25.14.1)."""
+    """Parse_macros: comment lines and indentation inside @= blocks are removed (htcondor2 25.14.1)."""
     text = (
         "ROUTE @=jrt\n"
         "  # comment inside\n"
@@ -103,7 +104,7 @@ def test_here_block_drops_comments_blank_lines_and_indentation():
 
 
 def test_here_block_keeps_dollar_macros_unexpanded_in_raw():
-    """§4.1: route bodies are read with param_unexpanded; $(MY.x) must survive."""
+    """JobRouter.cpp reads route bodies with param_unexpanded; $(MY.x) must survive."""
     c = cfg_of('JOB_ROUTER_ROUTE_K @=jrt\nSET Namespace "cms-$(MY.Owner)"\nSET X $(FULL_HOSTNAME)\n@jrt\n')
     assert c.raw("JOB_ROUTER_ROUTE_K") == 'SET Namespace "cms-$(MY.Owner)"\nSET X $(FULL_HOSTNAME)'
 
@@ -298,7 +299,7 @@ def test_text_that_is_not_a_macro_stays():
 
 
 def test_self_reference_uses_the_previous_value():
-    """§1.7 / config.cpp expand_self_macro: 'X = $(X) more' appends at definition time."""
+    """config.cpp expand_self_macro: 'X = $(X) more' appends at definition time."""
     c = cfg_of(
         "D = first\nD = $(D) second\nE = $(E) only\n"
         "JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES) Mine\n"
@@ -374,7 +375,7 @@ def test_lookup_macro_returns_the_raw_value():
 
 
 def test_local_config_dir_is_read_in_name_order_with_exclusions(tmp_path):
-    """htcondor-ce.md §1.3: files in each directory in lexicographic order, later values win."""
+    """condor_config.cpp get_config_dir_file_list: files in each directory in sorted order, later values win."""
     d = tmp_path / "config.d"
     write(d / "10-a.conf", "DIR1 = a\nORDER = $(ORDER) a\n")
     write(d / "20-b.conf", "DIR1 = b\nORDER = $(ORDER) b\n")

@@ -1,6 +1,6 @@
 """Differential test: our reader against HTCondor's own param system (htcondor2 25.14.1).
 
-jobrouter-protocol.md §6: ``htcondor2.param`` reads CONDOR_CONFIG and LOCAL_CONFIG_DIR, handles
+``htcondor2.param`` reads CONDOR_CONFIG and LOCAL_CONFIG_DIR, handles
 ``@=`` blocks and ``$(X)`` appends, but only returns *expanded* values. Expanded values are exactly
 what ``CondorConfig.get`` returns, so the wheel is an oracle for the whole syntax. It runs in a
 subprocess because htcondor2 reads CONDOR_CONFIG once per process.
