@@ -86,10 +86,12 @@ def test_conversion_routes_like_htcondors(tmp_path: Path, lines: str, entries: s
     htc_dir, ck_dir = tmp_path / "htcondor", tmp_path / "ce-k8s"
     htc_dir.mkdir()
     ck_dir.mkdir()
+    # a CE sets a source constraint, so converted routes without Requirements are valid
+    source = "JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5\n"
     (htc_dir / "routes.conf").write_text(
-        "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in theirs)
+        source + "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in theirs)
         + "JOB_ROUTER_ROUTE_NAMES = " + " ".join(r["name"] for r in theirs) + "\n")
-    (ck_dir / "routes.conf").write_text(ours.text)
+    (ck_dir / "routes.conf").write_text(source + ours.text)
     a = xform_oracle.run_oracle(htc_dir, JOB, vanilla_to_grid=True)
     b = xform_oracle.run_oracle(ck_dir, JOB, vanilla_to_grid=True)
     problems = []
@@ -107,6 +109,82 @@ def test_conversion_routes_like_htcondors(tmp_path: Path, lines: str, entries: s
                         f"HTCondor's {(a.route, a.candidate)}")
     elif a.ad() is not None:
         problems += xform_oracle.ad_differences(b.ad(), a.ad())
+    assert a.candidate, a.notes
     assert not problems, (f"{lines}: ce-k8s routes convert differs from HTCondor's conversion:\n  "
+                          + "\n  ".join(problems) + "\nHTCondor:\n" + "\n".join(r["statements"] for r in theirs)
+                          + "\nce-k8s:\n" + ours.text)
+
+
+# Corners of the old syntax the documentation does not show (our own configurations; HTCondor's
+# conversion is the expected value).
+OWN: dict[str, str] = {
+    "defaults-merge-and-override": (
+        'JOB_ROUTER_DEFAULTS @=jrd\n[ MaxIdleJobs = 5; set_Foo = "from-defaults"; eval_set_Bar = RequestCpus * 2;\n'
+        '  delete_Environment = true; copy_Owner = "OrigOwner"; ]\n@jrd\n'
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; GridResource = "batch pbs"; set_Foo = "from-entry";\n'
+        '  Requirements = target.queue == "prod"; ]\n'
+        '[ name = "B"; GridResource = "batch slurm"; MaxIdleJobs = 7; eval_set_Baz = strcat(target.Owner, "-x"); ]\n'
+        '@jre\n'),
+    "target-and-my-references": (
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "T"; TargetUniverse = 5; Requirements = TARGET.RequestCpus >= 1 && '
+        'MY.MaxIdleJobs > 0;\n  set_Req = TARGET.RequestMemory > 1000; eval_set_E = target.RequestCpus + 1;\n'
+        '  set_Requirements = (TARGET.OpSys == "LINUX"); MaxIdleJobs = 3; ]\n@jre\n'),
+    "ce-style-defaults": (
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "Local_Slurm"; GridResource = "batch slurm"; TargetUniverse = 9;\n'
+        '  set_default_queue = "osg"; set_default_maxMemory = 3000; set_default_xcount = 4;\n'
+        '  set_default_maxWallTime = 120;\n'
+        '  eval_set_RequestGPUs = ifThenElse(isUndefined(RequestGPUs), 0, RequestGPUs);\n'
+        '  set_remote_queue = "osg"; Requirements = target.x509UserProxyFirstFQAN =!= undefined; ]\n@jre\n'),
+    "input-rsl-and-globus": (
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "G"; GridResource = "batch pbs"; GlobusRSL = "(queue=long)";\n'
+        '  InputRSL = [ a = 1 ]; set_A = 1; ]\n@jre\n'),
+    "same-name-twice": (
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "Dup"; GridResource = "batch pbs"; set_A = 1; ]\n'
+        '[ name = "Dup"; GridResource = "batch slurm"; set_A = 2; ]\n@jre\n'),
+    "sandbox-and-failure-tests": (
+        'JOB_ROUTER_ENTRIES @=jre\n[ name = "S"; GridResource = "condor ce.example.org ce.example.org:9619";\n'
+        '  JobShouldBeSandboxed = true; JobFailureTest = target.ExitCode =!= 0; FailureRateThreshold = 0.1;\n'
+        '  EditJobInPlace = false; UseSharedX509UserProxy = false; set_A = "x"; ]\n@jre\n'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_own_old_routes_convert_like_htcondor(tmp_path: Path, name: str) -> None:
+    text = OWN[name]
+    theirs = xform_oracle.convert_old_routes(config=text)
+    assert theirs and all(r["rval"] > 0 for r in theirs), theirs
+    ours = convert(CondorConfig.from_text(text, f"<{name}>"))
+    htc_dir, ck_dir = tmp_path / "htcondor", tmp_path / "ce-k8s"
+    htc_dir.mkdir()
+    ck_dir.mkdir()
+    # the router keeps the last of two routes of one name (JobRouter::ParseRoute overwrites)
+    last = {r["name"].lower(): r for r in theirs}
+    names = list(dict.fromkeys(r["name"] for r in theirs))
+    # a CE sets a source constraint, so converted routes without Requirements are valid
+    source = "JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5\n"
+    (htc_dir / "routes.conf").write_text(
+        source + "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in last.values())
+        + "JOB_ROUTER_ROUTE_NAMES = " + " ".join(names) + "\n")
+    (ck_dir / "routes.conf").write_text(source + ours.text)
+    job = JOB + 'x509UserProxyFirstFQAN = "/osg/Role=NULL"\nOpSys = "LINUX"\n'
+    a = xform_oracle.run_oracle(htc_dir, job, vanilla_to_grid=True)
+    b = xform_oracle.run_oracle(ck_dir, job, vanilla_to_grid=True)
+    problems = []
+    for route in a.routes:
+        other = b.route_info(route.name)
+        if other is None:
+            problems.append(f"route {route.name}: HTCondor's conversion has it, ce-k8s's does not")
+            continue
+        mine = (other.valid, other.universe, other.grid_resource, _canonical(other.requirements), other.macros)
+        want = (route.valid, route.universe, route.grid_resource, _canonical(route.requirements), route.macros)
+        if mine != want:
+            problems.append(f"route {route.name}: read from ce-k8s's conversion as {mine}, from HTCondor's as {want}")
+    if (a.route, a.candidate) != (b.route, b.candidate):
+        problems.append(f"chosen route / candidate: ce-k8s's {(b.route, b.candidate)}, "
+                        f"HTCondor's {(a.route, a.candidate)}")
+    elif a.ad() is not None:
+        problems += xform_oracle.ad_differences(b.ad(), a.ad())
+    assert a.route is not None, a.notes
+    assert not problems, (f"{name}: ce-k8s routes convert differs from HTCondor's conversion:\n  "
                           + "\n  ".join(problems) + "\nHTCondor:\n" + "\n".join(r["statements"] for r in theirs)
                           + "\nce-k8s:\n" + ours.text)
