@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,11 +130,17 @@ class PendingRead:
         self._tmpdir = tmpdir
         self._root = root
 
-    def result(self, timeout: float = READER_TIMEOUT) -> HTReadResult:
+    def result(self, timeout: float | None = None) -> HTReadResult:
+        timeout = READER_TIMEOUT if timeout is None else timeout
         try:
             out, err = self._proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
+            # the reader and the commands it started share a process group: end them all, or a
+            # command holding our stderr would keep communicate() waiting
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # pragma: no cover - it ended meanwhile
+                pass
             self._proc.communicate()
             return HTReadResult(error=f"HTCondor's configuration reader did not finish in {timeout:g} s "
                                 "(a configuration command may hang)", synthetic_root=self._root)
@@ -182,7 +189,8 @@ def start_reader(root: str | None = None, dirs: Sequence[Path] = (), *, environ:
     # the child imports it with no configuration and then points CONDOR_CONFIG at the real one
     env["CONDOR_CONFIG"] = "/dev/null"
     proc = subprocess.Popen([sys.executable, "-I", "-c", _CHILD, subsystem, str(root)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     return PendingRead(proc, tmpdir, synthetic)
 
 

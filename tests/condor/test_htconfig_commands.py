@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 from ce_k8s.condor import htconfig
@@ -241,3 +242,27 @@ def test_each_command_runs_exactly_once_and_sees_condor_config(tmp_path):
     cfg = load(root, environ=env())
     assert count.read_text() == "x\n"
     assert cfg.raw("SEEN_CONFIG") == str(root)
+
+
+def test_a_command_that_hangs_ends_in_an_error_not_a_hang(tmp_path, monkeypatch):
+    """The router would hang too; ce-k8s gives up after READER_TIMEOUT and ends the command with it
+    (reader and commands share a process group, so nothing is left holding the output pipes)."""
+    monkeypatch.setattr(htconfig, "READER_TIMEOUT", 2.0)
+    pidfile = tmp_path / "pid"
+    cmd = script(tmp_path / "hang.sh", f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 300\n")
+    root = tmp_path / "condor_config"
+    root.write_text(f"A = 1\nLOCAL_CONFIG_FILE = {cmd} |\n")
+    started = time.monotonic()
+    cfg = load(root, environ=env())
+    assert time.monotonic() - started < 60  # not the command's 300 s
+    [error] = [d for d in cfg.diagnostics if d.severity == Severity.ERROR]
+    assert "did not finish in 2 s" in error.message and cfg.raw("A") == "1"
+    # the command held the reader's stderr, so communicate() returning means it has exited:
+    # it is gone, or at most a zombie waiting for init to reap it
+    pid = int(pidfile.read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            state = stat_file.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z", "X"), f"the hanging command {pid} is still running ({state})"
