@@ -70,30 +70,23 @@ def _canonical(expr: str | None) -> str | None:
         return expr.strip()
 
 
-@pytest.mark.parametrize(("lines", "entries"), BLOCKS, ids=[lines.replace(" ", "-") for lines, _ in BLOCKS])
-def test_conversion_routes_like_htcondors(tmp_path: Path, lines: str, entries: str) -> None:
-    text = f"JOB_ROUTER_ENTRIES @=jre\n{entries}@jre\n"
-    theirs = xform_oracle.convert_old_routes(config=text)
-    failed = [r for r in theirs if r["rval"] <= 0]
-    config = CondorConfig.from_text(text, f"<{lines}>")
-    if failed:
-        with pytest.raises(ConversionError):
-            convert(config)
-        return
-    ours = convert(config)
-    assert ours.routes == [r["name"] for r in theirs], (ours.routes, [r["name"] for r in theirs])
+def _route_both(tmp_path: Path, label: str, theirs: list[dict], ours_text: str, job: str) -> None:
+    """Apply HTCondor's and ce-k8s's conversions with HTCondor 25.14.1's code; assert they agree.
 
+    A CE sets a source constraint, so converted routes without Requirements are valid; of two
+    routes of one name the router keeps the last (JobRouter::ParseRoute)."""
+    source = "JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5\n"
+    last = {r["name"].lower(): r for r in theirs}
+    names = list(dict.fromkeys(r["name"] for r in theirs))
     htc_dir, ck_dir = tmp_path / "htcondor", tmp_path / "ce-k8s"
     htc_dir.mkdir()
     ck_dir.mkdir()
-    # a CE sets a source constraint, so converted routes without Requirements are valid
-    source = "JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5\n"
     (htc_dir / "routes.conf").write_text(
-        source + "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in theirs)
-        + "JOB_ROUTER_ROUTE_NAMES = " + " ".join(r["name"] for r in theirs) + "\n")
-    (ck_dir / "routes.conf").write_text(source + ours.text)
-    a = xform_oracle.run_oracle(htc_dir, JOB, vanilla_to_grid=True)
-    b = xform_oracle.run_oracle(ck_dir, JOB, vanilla_to_grid=True)
+        source + "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in last.values())
+        + "JOB_ROUTER_ROUTE_NAMES = " + " ".join(names) + "\n")
+    (ck_dir / "routes.conf").write_text(source + ours_text)
+    a = xform_oracle.run_oracle(htc_dir, job, vanilla_to_grid=True)
+    b = xform_oracle.run_oracle(ck_dir, job, vanilla_to_grid=True)
     problems = []
     for route in a.routes:
         other = b.route_info(route.name)
@@ -109,10 +102,25 @@ def test_conversion_routes_like_htcondors(tmp_path: Path, lines: str, entries: s
                         f"HTCondor's {(a.route, a.candidate)}")
     elif a.ad() is not None:
         problems += xform_oracle.ad_differences(b.ad(), a.ad())
-    assert a.candidate, a.notes
-    assert not problems, (f"{lines}: ce-k8s routes convert differs from HTCondor's conversion:\n  "
+    assert a.candidate and a.route is not None, a.notes
+    assert not problems, (f"{label}: ce-k8s routes convert differs from HTCondor's conversion:\n  "
                           + "\n  ".join(problems) + "\nHTCondor:\n" + "\n".join(r["statements"] for r in theirs)
-                          + "\nce-k8s:\n" + ours.text)
+                          + "\nce-k8s:\n" + ours_text)
+
+
+@pytest.mark.parametrize(("lines", "entries"), BLOCKS, ids=[lines.replace(" ", "-") for lines, _ in BLOCKS])
+def test_conversion_routes_like_htcondors(tmp_path: Path, lines: str, entries: str) -> None:
+    text = f"JOB_ROUTER_ENTRIES @=jre\n{entries}@jre\n"
+    theirs = xform_oracle.convert_old_routes(config=text)
+    failed = [r for r in theirs if r["rval"] <= 0]
+    config = CondorConfig.from_text(text, f"<{lines}>")
+    if failed:
+        with pytest.raises(ConversionError):
+            convert(config)
+        return
+    ours = convert(config)
+    assert ours.routes == [r["name"] for r in theirs], (ours.routes, [r["name"] for r in theirs])
+    _route_both(tmp_path, lines, theirs, ours.text, JOB)
 
 
 # Corners of the old syntax the documentation does not show (our own configurations; HTCondor's
@@ -154,37 +162,4 @@ def test_own_old_routes_convert_like_htcondor(tmp_path: Path, name: str) -> None
     theirs = xform_oracle.convert_old_routes(config=text)
     assert theirs and all(r["rval"] > 0 for r in theirs), theirs
     ours = convert(CondorConfig.from_text(text, f"<{name}>"))
-    htc_dir, ck_dir = tmp_path / "htcondor", tmp_path / "ce-k8s"
-    htc_dir.mkdir()
-    ck_dir.mkdir()
-    # the router keeps the last of two routes of one name (JobRouter::ParseRoute overwrites)
-    last = {r["name"].lower(): r for r in theirs}
-    names = list(dict.fromkeys(r["name"] for r in theirs))
-    # a CE sets a source constraint, so converted routes without Requirements are valid
-    source = "JOB_ROUTER_SOURCE_JOB_CONSTRAINT = target.JobUniverse =?= 5\n"
-    (htc_dir / "routes.conf").write_text(
-        source + "".join(f"JOB_ROUTER_ROUTE_{r['name']} @=jrt\n{r['statements']}@jrt\n" for r in last.values())
-        + "JOB_ROUTER_ROUTE_NAMES = " + " ".join(names) + "\n")
-    (ck_dir / "routes.conf").write_text(source + ours.text)
-    job = JOB + 'x509UserProxyFirstFQAN = "/osg/Role=NULL"\nOpSys = "LINUX"\n'
-    a = xform_oracle.run_oracle(htc_dir, job, vanilla_to_grid=True)
-    b = xform_oracle.run_oracle(ck_dir, job, vanilla_to_grid=True)
-    problems = []
-    for route in a.routes:
-        other = b.route_info(route.name)
-        if other is None:
-            problems.append(f"route {route.name}: HTCondor's conversion has it, ce-k8s's does not")
-            continue
-        mine = (other.valid, other.universe, other.grid_resource, _canonical(other.requirements), other.macros)
-        want = (route.valid, route.universe, route.grid_resource, _canonical(route.requirements), route.macros)
-        if mine != want:
-            problems.append(f"route {route.name}: read from ce-k8s's conversion as {mine}, from HTCondor's as {want}")
-    if (a.route, a.candidate) != (b.route, b.candidate):
-        problems.append(f"chosen route / candidate: ce-k8s's {(b.route, b.candidate)}, "
-                        f"HTCondor's {(a.route, a.candidate)}")
-    elif a.ad() is not None:
-        problems += xform_oracle.ad_differences(b.ad(), a.ad())
-    assert a.route is not None, a.notes
-    assert not problems, (f"{name}: ce-k8s routes convert differs from HTCondor's conversion:\n  "
-                          + "\n  ".join(problems) + "\nHTCondor:\n" + "\n".join(r["statements"] for r in theirs)
-                          + "\nce-k8s:\n" + ours.text)
+    _route_both(tmp_path, name, theirs, ours.text, JOB + 'x509UserProxyFirstFQAN = "/osg/Role=NULL"\nOpSys = "LINUX"\n')
