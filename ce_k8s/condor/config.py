@@ -571,8 +571,11 @@ class CondorConfig:
             cfg._apply_environment()
             if detected_specials:
                 cfg._reinsert_specials()
-        except ConfigError as exc:
+        except BaseException as exc:
             if pending is None:
+                raise
+            if not isinstance(exc, ConfigError):
+                pending.cancel()
                 raise
             result = pending.result()
             if result.error is not None or result.unavailable is not None:
@@ -587,7 +590,11 @@ class CondorConfig:
             return cfg
         if pending is not None:
             if while_reading is not None:
-                while_reading()
+                try:
+                    while_reading()
+                except BaseException:
+                    pending.cancel()
+                    raise
             cfg._adopt(pending.result())
         cfg._note_commands()
         return cfg

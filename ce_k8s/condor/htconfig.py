@@ -130,20 +130,29 @@ class PendingRead:
         self._tmpdir = tmpdir
         self._root = root
 
+    def cancel(self) -> None:
+        """End the reader and every command it started (they share a process group, which a
+        terminal's Ctrl-C does not reach: the child runs in its own session)."""
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # pragma: no cover - it ended meanwhile
+            pass
+        self._proc.communicate()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+
     def result(self, timeout: float | None = None) -> HTReadResult:
         timeout = READER_TIMEOUT if timeout is None else timeout
         try:
             out, err = self._proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            # the reader and the commands it started share a process group: end them all, or a
-            # command holding our stderr would keep communicate() waiting
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:  # pragma: no cover - it ended meanwhile
-                pass
-            self._proc.communicate()
+            # end them all, or a command holding our stderr would keep communicate() waiting
+            self.cancel()
             return HTReadResult(error=f"HTCondor's configuration reader did not finish in {timeout:g} s "
                                 "(a configuration command may hang)", synthetic_root=self._root)
+        except BaseException:  # Ctrl-C while waiting: leave nothing running behind us
+            self.cancel()
+            raise
         finally:
             if self._tmpdir is not None:
                 self._tmpdir.cleanup()

@@ -266,3 +266,34 @@ def test_a_command_that_hangs_ends_in_an_error_not_a_hang(tmp_path, monkeypatch)
     except FileNotFoundError:
         state = "gone"
     assert state in ("gone", "Z", "X"), f"the hanging command {pid} is still running ({state})"
+
+
+def test_an_interrupted_load_leaves_no_command_running(tmp_path):
+    """Ctrl-C while HTCondor's reader runs (here: raised by while_reading) ends the reader and its commands."""
+    pidfile = tmp_path / "pid"
+    cmd = script(tmp_path / "hang.sh", f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 300\n")
+    root = tmp_path / "condor_config"
+    root.write_text(f"LOCAL_CONFIG_FILE = {cmd} |\n")
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline, "the command never started"
+            os.sched_yield()  # the command has started once it wrote its pid
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    try:
+        CondorConfig.load(root, run_commands=True, environ=env(), while_reading=interrupt)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was swallowed")
+    assert time.monotonic() - started < 60
+    pid = int(pidfile.read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            state = stat_file.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z", "X"), f"the command {pid} is still running ({state})"
