@@ -283,9 +283,11 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
     result.diagnostics += found
     result.errors += [_plain(d) for d in found if d.severity == Severity.ERROR]
     result.failed = routed.failed or any(d.severity == Severity.ERROR for d in found)
-    result.ad = routed.ad
     if result.failed:
+        # the router gives the job up (GracefullyRemoveJob) and submits nothing: there is no routed
+        # ad to show, only the findings that say why
         return result
+    result.ad = routed.ad
     submit_edits(routed.ad)
     mismatch = _decision_mismatch(route, routed.ad, result.kubernetes, knob)
     if mismatch:
