@@ -427,7 +427,11 @@ class RouterConfig:
     def _load_transforms(self, names_knob: str) -> list[Transform]:
         assert self.config is not None
         loaded: list[Transform] = []
+        seen: set[str] = set()
         for name in _split_names(self.config.get(names_knob)):
+            if name.lower() in seen:
+                continue  # param_and_insert_unique_items: each name once, case-insensitively
+            seen.add(name.lower())
             knob = f"JOB_ROUTER_TRANSFORM_{name}"
             text = self.config.raw(knob)
             if text is None:

@@ -127,6 +127,7 @@ class _Line:
     name: str = ""  # macro name for "assign"
     value: str = ""  # raw value for "assign", condition for if/elif, the rest of a statement
     plus: str | None = None  # "+=" assignments: the separator ("" for a space)
+    message: str = ""  # for "bad" lines that are not an unknown keyword
 
 
 # MacroStreamXFormSource::open strips these statements from the body before it is run.
@@ -200,6 +201,8 @@ def _split_line(line: str) -> tuple[str, str, str, str | None]:
         return "stmt", "", "", None  # a word before the operator: a statement
     if j < n and line[j] == "=":
         return "assign", name, line[j + 1 :].strip(), None
+    if line[j : j + 2] == "@=":
+        return "heredoc", name, line[j + 2 :].strip(), None
     if j < n and line[j] == "+":
         k = j + 1
         sep = ""
@@ -335,15 +338,34 @@ class Transform:
                 if any(line and not line.startswith("#") for line in after):
                     self.ignored_after = no
                 break  # MacroStreamXFormSource::open stops reading at a TRANSFORM statement
+        here: _Line | None = None  # an open `NAME @=TAG` block and the lines gathered so far
+        gathered: list[str] = []
         for lineno, line in _logical_lines(kept):
             if not line:
                 continue
+            if here is not None:
+                if line == "@" + here.value:
+                    self._add(_Line("assign", here.text, here.lineno, name=here.name, value="\n".join(gathered)))
+                    here, gathered = None, []
+                else:
+                    gathered.append(line)
+                continue
             if line.startswith(":"):
                 line = line[1:].lstrip()  # a leading ':' is ignored (pre-8.1.5 compatibility)
-            item = self._classify(line, lineno)
-            self.body.append(item)
-            if item.kind in ("assign", "stmt", "bad"):
-                self.lines.append(item)
+            if _split_line(line)[0] == "heredoc":
+                _, name, tag, _ = _split_line(line)
+                here = _Line("heredoc", line, lineno, name=name, value=tag)
+                continue
+            self._add(self._classify(line, lineno))
+        if here is not None:
+            # Parse_macros: "Found end-of-file while scanning for '@TAG'" fails the parse.
+            self._add(_Line("bad", here.text, here.lineno, keyword="@=" + here.value,
+                            message=f"Found end-of-file while scanning for '@{here.value}'"))
+
+    def _add(self, item: _Line) -> None:
+        self.body.append(item)
+        if item.kind in ("assign", "stmt", "bad"):
+            self.lines.append(item)
 
     def _classify(self, line: str, lineno: int) -> _Line:
         lower = line.lower()
@@ -518,7 +540,7 @@ class Transform:
     def _check_statement(self, line: _Line) -> None:
         """ValidateRulesCallback: a known keyword, something after it (bar TRANSFORM), a closed regex."""
         if line.kind == "bad":
-            raise self._error(f"{line.keyword} is not a valid transform keyword", line.lineno)
+            raise self._error(line.message or f"{line.keyword} is not a valid transform keyword", line.lineno)
         if not line.value:
             if line.keyword == "TRANSFORM":
                 return
@@ -577,7 +599,8 @@ class Transform:
 
     def _set(self, attr: str, rhs: str, line: _Line, ad: classad2.ClassAd, found: list[Diagnostic],
              word: str) -> None:
-        if not _ATTR_NAME.match(attr):
+        # ClassAd::Insert takes any non-empty name (`SET A.B 1` makes an attribute "A.B").
+        if not attr or "\x00" in attr:
             self._note(found, line, f"ERROR: could not set {attr} to {rhs.strip()}")
             return
         expr = parse_old_expr(rhs)
@@ -592,7 +615,7 @@ class Transform:
             self._note(found, line, f"ERROR: EVALSET {attr} could not evaluate : {rhs.strip()}")
             return
         value = evaluate_in(ad, expr)
-        if not _ATTR_NAME.match(attr):
+        if not attr or "\x00" in attr:
             self._note(found, line, f"ERROR: could not set {attr} to {value_to_macro_text(value)}")
             return
         try:

@@ -56,8 +56,10 @@ def parse_old_expr(text: str) -> classad2.ExprTree | None:
     trailing garbage a parse error, provided the text's own parentheses balance.
     """
     body = text.strip()
-    if not body or "\n" in body or "\r" in body:
+    if not body:
         return None
+    if "\n" in body or "\r" in body:
+        return _parse_old_multiline(body)
     closed, depth = _scan_outside_strings(body)
     if not closed or depth != 0:
         return None
@@ -71,6 +73,41 @@ def parse_old_expr(text: str) -> classad2.ExprTree | None:
     if "X" not in parsed:
         return None
     return parsed.lookup("X")
+
+
+def _parse_old_multiline(body: str) -> classad2.ExprTree | None:
+    """An old-syntax expression with line breaks inside string literals (a heredoc macro, or an
+    EVALMACRO of a ClassAd, expanded into a SET): HTCondor's parser takes the break as part of the
+    string. classad2's old-syntax reader is line based, so the string literals are rewritten in
+    new-syntax form (backslashes doubled, the break as ``\\n``) and the new-syntax parser reads it;
+    a break outside a string literal is a parse error."""
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        ch = body[i]
+        if ch in "\r\n":
+            return None
+        if ch != '"':
+            out.append(ch)
+            i += 1
+            continue
+        out.append('"')
+        i += 1
+        while i < n and body[i] != '"':
+            if body[i] == "\\" and i + 1 < n and body[i + 1] == '"':
+                out.append('\\"')
+                i += 2
+                continue
+            out.append({"\\": "\\\\", "\n": "\\n", "\r": "\\r"}.get(body[i], body[i]))
+            i += 1
+        if i >= n:
+            return None
+        out.append('"')
+        i += 1
+    try:
+        return classad2.ExprTree("".join(out))
+    except (ValueError, classad2.ClassAdException):
+        return None
 
 
 def _boolean_equiv(value: object) -> bool | None:
@@ -106,9 +143,12 @@ def evaluate_in(ad: classad2.ClassAd, expr: classad2.ExprTree) -> object:
 
 
 def value_to_macro_text(value: object) -> str:
-    """EVALMACRO / $EVAL rendering: strings without quotes, anything else unparsed (old syntax)."""
+    """XFormValueToString (EVALMACRO): strings without quotes, anything else as the old-syntax
+    unparser writes it; a ClassAd value in old syntax is one ``name = value`` line per attribute."""
     if isinstance(value, str):
         return value
+    if isinstance(value, classad2.ClassAd):
+        return "".join(f"{name} = {unparse_old(value.lookup(name))}\n" for name in value.keys())
     return unparse_old(value)
 
 

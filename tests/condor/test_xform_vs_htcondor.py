@@ -114,6 +114,9 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
+    ('heredoc', 'X @=EOT\none\n# dropped\n  two\n@EOT\nSET A "$(X)"\nSET B 1'),
+    ('evalmacro-classad', 'EVALMACRO R = [a = 1; b = "x"]\nSET B "$(R)"\nEVALMACRO L {1, 2}\nSET L "$(L)"'),
+    ('odd-attribute-names', 'SET A.B 1\nSET C=1 2\nEVALSET D.E 3'),
     ('plus-attr', '+Foo = 1\nSET A "$(MY.Foo)"\n-Owner =\nSET B "[$(MY.Owner)]"\nif defined MY.Foo\n SET C 1\nendif'),
     ('keyword-lower-args', 'set a = 1\ndelete A'),
     ('default-expr', 'DEFAULT RequestMemory ifThenElse(RequestCpus > 1, 2000, 1000)'),
