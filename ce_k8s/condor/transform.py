@@ -339,6 +339,7 @@ class Transform:
                     self.ignored_after = no
                 break  # MacroStreamXFormSource::open stops reading at a TRANSFORM statement
         here: _Line | None = None  # an open `NAME @=TAG` block and the lines gathered so far
+        depth = 0  # if/endif nesting, for the leading ':' rule
         gathered: list[str] = []
         for lineno, line in _logical_lines(kept):
             if not line:
@@ -350,8 +351,13 @@ class Transform:
                 else:
                     gathered.append(line)
                 continue
-            if line.startswith(":"):
-                line = line[1:].lstrip()  # a leading ':' is ignored (pre-8.1.5 compatibility)
+            if line.startswith(":") and (depth > 0 or re.match(r"^:if(\s|$)", line)):
+                line = line[1:]  # Parse_macros ignores a leading ':' inside an if body, or before an if
+            low = line.lower()
+            if re.match(r"^if(\s|$)", low):
+                depth += 1
+            elif re.match(r"^endif(\s|$)", low):
+                depth = max(0, depth - 1)
             if _split_line(line)[0] == "heredoc":
                 _, name, tag, _ = _split_line(line)
                 here = _Line("heredoc", line, lineno, name=name, value=tag)

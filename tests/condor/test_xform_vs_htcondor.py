@@ -114,6 +114,8 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
+    ('colon-outside-if', ':SET A 1\nSET B 2'),
+    ('colon-before-and-inside-if', ':if true\n:SET A 1\n:endif\nif true\n:SET C 1\nendif\nSET B 2'),
     ('heredoc', 'X @=EOT\none\n# dropped\n  two\n@EOT\nSET A "$(X)"\nSET B 1'),
     ('evalmacro-classad', 'EVALMACRO R = [a = 1; b = "x"]\nSET B "$(R)"\nEVALMACRO L {1, 2}\nSET L "$(L)"'),
     ('odd-attribute-names', 'SET A.B 1\nSET C=1 2\nEVALSET D.E 3'),
