@@ -17,6 +17,8 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 | pipeline-burst | bench_pipeline.py --depth 0 | the same figures prefixed `burst_`: all pilots at once  |
 |          |                           | (full run only)                                                |
 | info     | bench/bench_info.py       | info_ms (5,000 nodes, 100,000 pods)                            |
+| route    | bench/bench_route.py      | route_ms_{default,stock_ce,stock_ce_nocmd}_p50/_p90 and their  |
+|          |                           | ratios to a bare start: `ce-k8s route` on one pilot            |
 
 `--quick` keeps the CE-scale sizes where they define the figure (20,000 pods, the 5,000-node
 dump) and cuts sample counts and the pipeline to 400 pilots (no burst run): under 2 minutes here. The full
@@ -57,6 +59,7 @@ TARGETS = (
     ("pipeline_efficiency", ">=", 0.5),
     ("api_calls_per_pilot", "<=", 4.0),
     ("info_ms", "<=", 1000.0),
+    ("route_ms_stock_ce_p50", "<=", 500.0),      # issue 19: a dry run on a stock CE, commands run
 )
 
 
@@ -69,6 +72,7 @@ def plan(quick: bool) -> dict[str, list[str]]:
         "pipeline": ["--pilots", pilots],
         "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
                  "--repeat", "1" if quick else "3"],
+        "route": ["--samples", str(scaled(10 if quick else 30, 3))],
     }
     if not quick:    # the same pilots handed over in one burst: figures prefixed burst_
         steps["pipeline-burst"] = ["--pilots", pilots, "--depth", "0"]
@@ -76,7 +80,7 @@ def plan(quick: bool) -> dict[str, list[str]]:
 
 
 SCRIPTS = {"agent": "bench_agent.py", "pipeline": "bench_pipeline.py", "pipeline-burst": "bench_pipeline.py",
-           "info": "bench_info.py"}
+           "info": "bench_info.py", "route": "bench_route.py"}
 PREFIX = {"pipeline-burst": "burst_"}
 _CURRENT: list[subprocess.Popen] = []     # the benchmark process running now, for SIGTERM
 
