@@ -43,9 +43,10 @@ def characterize(expr: str, keyword_check: bool) -> str:
     digit, flt, ident, alpha, space, cmp_, logic, group, colon, other, money, macro, sum_ = (
         1 << i for i in range(13))
     found = 0
-    n = len(text)
-    for i, ch in enumerate(text):
-        nxt = text[i + 1] if i + 1 < n else ""
+    scanned = text[1:] if text.startswith("-") else text  # a leading minus is not a sum
+    n = len(scanned)
+    for i, ch in enumerate(scanned):
+        nxt = scanned[i + 1] if i + 1 < n else ""
         if ch.isdigit():
             found |= digit
         elif ch == ".":

@@ -114,6 +114,11 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
+    ('if-numbers', 'if 0.5\n SET A 1\nendif\nif -1\n SET B 1\nendif\nif 1e3\n SET C 1\nendif\nif 0\n SET D 1\nendif'),
+    ('if-version-forms', 'if version > 25.0.0\n SET A 1\nendif\nif version <= 8.9\n SET B 1\nendif\n'
+     'if version != 25.14.1\n SET C 1\nendif\nif version == 25.14\n SET D 1\nendif'),
+    ('if-defined-forms', 'x = 1\nif defined x\n SET A 1\nendif\nif defined true\n SET B 1\nendif\n'
+     'if defined 0\n SET C 1\nendif\nif defined IsLinux\n SET D 1\nendif\nif defined yes\n SET E 1\nendif'),
     ('colon-outside-if', ':SET A 1\nSET B 2'),
     ('colon-before-and-inside-if', ':if true\n:SET A 1\n:endif\nif true\n:SET C 1\nendif\nSET B 2'),
     ('heredoc', 'X @=EOT\none\n# dropped\n  two\n@EOT\nSET A "$(X)"\nSET B 1'),
