@@ -28,9 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 _MACRO_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
 _MAX_EXPANSIONS = 2000
 
-# Macros HTCondor's transform engine predefines (XFormMacroDefaults) that make sense offline.
-_PREDEFINED: dict[str, str] = {"IsLinux": "1", "IsWindows": "0", "Row": "0", "Step": "0", "XFormId": "0",
-                               "ItemIndex": "0", "Iterating": "0"}
+# The router's macro sets are XFormHash::Flavor::Basic (JobRouter.cpp), whose only predefined
+# macros are these (xform_utils.cpp XFormBasicMacroDefaults; Row, Step, XFormId, ARCH... are not).
+_PREDEFINED: dict[str, str] = {"IsClusterAd": "0", "IsLinux": "1", "IsWindows": "0", "Iterating": "0",
+                               "LateMaterialization": "0"}
 
 
 class MacroError(ValueError):
