@@ -148,6 +148,12 @@ def submit_edits(ad: classad2.ClassAd) -> None:
     ad["LeaveJobInQueue"] = parse_old_expr("JobStatus == 4")
 
 
+# JobRouter.cpp GracefullyRemoveJob → CleanupJob/FinishCleanupJob: nothing is submitted, the
+# cleanup hook runs, the source job is yielded back (idle) and the route counts a failure.
+ABANDONED = ("the router submits nothing (GracefullyRemoveJob): the cleanup hook runs, the job is handed back idle "
+             "and tried again at a later poll, and the route counts a failure")
+
+
 def diagnostic_text(diag: Diagnostic) -> str:
     """The legacy ``file:line: message`` form (``<config>: message`` when there is no place)."""
     return f"{diag.file}:{diag.line}: {diag.message}" if diag.line else f"{diag.file}: {diag.message}"
@@ -714,7 +720,7 @@ class RouterConfig:
                 message = exc.message if isinstance(exc, TransformError) else str(exc)
                 where = exc.origin if isinstance(exc, TransformError) else transform.origin
                 result.add(Severity.ERROR, f"job {jid}: JobRouter failure in {what} {transform.name}: {message}; "
-                           "the router removes the routed job (GracefullyRemoveJob)", where)
+                           f"{ABANDONED}", where)
                 result.failed = True
                 return result
         if in_place:
@@ -741,8 +747,7 @@ class RouterConfig:
         else:
             result.ad["x509userproxy"] = value
             return
-        result.add(Severity.ERROR, f"route {route.name}: JobRouter failure: {problem}; the router removes the "
-                   "routed job (GracefullyRemoveJob)", route.origin)
+        result.add(Severity.ERROR, f"route {route.name}: JobRouter failure: {problem}; {ABANDONED}", route.origin)
         result.failed = True
 
 
