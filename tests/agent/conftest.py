@@ -123,7 +123,9 @@ def agent(server, settings):
     a.stop()
 
 
-def wait(predicate, timeout=5.0, interval=0.02):
+def wait(predicate, timeout=30.0, interval=0.02):
+    """Poll until `predicate()` is true. The timeout only bounds a failure: under a CPU hog on two
+    cores a watch event took more than 5 s to reach the cache (the first hog run failed on that)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
