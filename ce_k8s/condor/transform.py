@@ -525,6 +525,11 @@ class Transform:
         log.info("transform %s", diag)
 
     def _assign(self, line: _Line, ad: classad2.ClassAd | None, macros: MacroSet, found: list[Diagnostic]) -> None:
+        if not line.name:
+            # Parse_macros refuses a line with nothing before its '=': the body is invalid, so a route
+            # with it is never loaded; a lone submit '+' or '-' is accepted (both checked with
+            # HTCondor's code through tests/condor/xform_oracle.py)
+            raise self._error("a macro assignment has no name before its '='", line.lineno)
         value = line.value
         if line.plus is not None:
             current = macros.lookup(line.name)
@@ -537,7 +542,7 @@ class Transform:
             value = expand_macros(value, macros, ad, errors)
             for message in errors:
                 self._note(found, line, message)
-        if line.name[:1] in "+-":
+        if line.name[0] in "+-":
             # Submit syntax: `+Attr = x` / `-Attr =` set the macro MY.Attr (Parse_macros), not the ad.
             macros.set("MY." + line.name[1:], value if line.name[0] == "+" else "")
             return

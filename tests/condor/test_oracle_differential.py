@@ -58,6 +58,11 @@ CASES: dict[str, str] = {
     "set-no-space-before-equals": route("  SET A 1\n  SET C=3\n  SET D 4"),
     "set-comment-tail": route("  SET A 1 # not a comment\n  SET B \"x\" # trailing"),
     "set-bad-expression": route("  SET A (1 +\n  SET B 2"),
+    # found by the atheris transform target: a line with nothing before its '=' (the route is not
+    # loaded), and a lone submit '+' or '-' before it (accepted)
+    "assignment-without-name": route("  = 5\n  SET A 1"),
+    "assignment-lone-plus": route("  + = 3\n  SET A 1"),
+    "assignment-lone-minus": route("  - = 3\n  SET A 1"),
     "set-backslash-string": route('  SET P "C:\\dir\\new"\n  SET Q "tab\\there"'),
     "set-from-macro-of-backslash": route('  SET P "$(MY.WinPath)"\n  SET Q $(MY.WinPath)\n  SET R $(MY.Quoted)'),
     "set-existing-other-case": route("  SET requestcpus 6\n  SET OWNER \"x\""),

@@ -246,8 +246,10 @@ def test_config_include_command_never_runs(tmp_path):
 
 # -- the transform language -------------------------------------------------------------------
 
+# a ClassAd integer is 64-bit: classad2 cannot even store a larger Python int (the job ad could
+# never carry one), so the generated attributes stay in that range
 @given(any_text, st.dictionaries(st.sampled_from(["Owner", "x", "Cmd", "RequestCpus", "y"]),
-                                 st.one_of(st.text(max_size=30), st.integers()), max_size=4))
+                                 st.one_of(st.text(max_size=30), st.integers(-(2**63), 2**63 - 1)), max_size=4))
 def test_transform_parse_and_apply_result_or_transformerror(text, attrs):
     """A transform body: TransformError (structural, with origin) or it runs; run-time trouble is
     a logged error string, never an exception other than TransformError (hook-protocol.md §4)."""
