@@ -30,7 +30,7 @@ import classad2
 
 from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.routing import Route, RouterConfig
-from ce_k8s.condor.transform import Transform, evaluate_in, parse_old_expr
+from ce_k8s.condor.transform import Transform, evaluate_in, parse_new_expr, parse_old_expr
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ce_k8s.condor.config import CondorConfig, Origin
@@ -223,11 +223,15 @@ def _without_macros(text: str) -> str:
 def _statement_problems(transform: Transform, label: str) -> list[Diagnostic]:
     """Expressions that can never parse and names that can never be valid, line by line.
 
-    A statement the router cannot parse fails the transform for every job (xform_utils.cpp), so
-    these are errors; a ``K8s*`` name ce-k8s does not know is ignored by the pod builder, which is
-    a warning (usually a typo).
+    The router logs such a statement and carries on with the rest of the transform
+    (xform_utils.cpp, ParseRulesCallback: a SET/EVALSET/EVALMACRO expression that does not parse, a
+    bad regular expression, an invalid new name), so these are warnings: the job is routed without
+    that statement's effect. A ``K8s*`` name ce-k8s does not know is ignored by the pod builder (a
+    warning, usually a typo); one ce-k8s writes itself is an error, since the agent's value would be
+    replaced. EVALSET and EVALMACRO are parsed in new ClassAd syntax, SET and DEFAULT in old syntax,
+    as the router parses them.
     """
-    error, warning = Severity.ERROR, Severity.WARNING
+    error, warning = Severity.WARNING, Severity.WARNING
     found: list[Diagnostic] = []
     for line in transform.lines:
         if line.kind != "stmt":
@@ -253,7 +257,8 @@ def _statement_problems(transform: Transform, label: str) -> list[Diagnostic]:
         if word in ("SET", "DEFAULT", "EVALSET", "EVALMACRO"):
             if not rest:
                 found.append(_at(where, error, f"{label}: {word} {attr} has no value"))
-            elif parse_old_expr(_without_macros(rest)) is None:
+            elif (parse_new_expr if word in ("EVALSET", "EVALMACRO") else parse_old_expr)(
+                    _without_macros(rest)) is None:
                 found.append(_at(where, error, f"{label}: {word} {attr}: unparsable expression: {rest}"))
         if word in ("COPY", "RENAME"):
             if "$" not in rest and not _ATTR_NAME.match(rest):
@@ -261,7 +266,8 @@ def _statement_problems(transform: Transform, label: str) -> list[Diagnostic]:
         if word in ("SET", "DEFAULT", "EVALSET") and attr.lower().startswith("k8s"):
             low = attr.lower()
             if low in K8S_RUNTIME_ATTRIBUTES:
-                found.append(_at(where, error, f"{label}: {attr} is written by ce-k8s itself; routes must not set it"))
+                found.append(_at(where, Severity.ERROR,
+                                 f"{label}: {attr} is written by ce-k8s itself; routes must not set it"))
             elif low not in K8S_ATTRIBUTES:
                 found.append(_at(where, warning, f"{label}: {attr} is not a Kubernetes attribute ce-k8s knows "
                                  "(see docs/routes.md, 'Kubernetes attributes')"))
