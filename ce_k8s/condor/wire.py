@@ -1,7 +1,7 @@
 """The ClassAd wire format of the job-router hook protocol.
 
 Every byte a hook reads or writes goes through here, so the rules are the router's own
-(jobrouter-protocol.md §2.1, §2.2, §7): ads are written the way ``sPrintAd`` writes them and
+(docs/hook-protocol.md §2.1, §2.2, §7): ads are written the way ``sPrintAd`` writes them and
 hook output is read the way ``ClassAd::Insert`` reads it, quirks included. Values are rendered
 by ``classad2``'s old-syntax unparser, which is the same ``ClassAdUnParser`` the router uses.
 """
@@ -40,7 +40,7 @@ class AdParseError(ValueError):
 
 
 class HookOutputError(AdParseError):
-    """A hook output line the router would refuse (§2.1); what that costs depends on the hook."""
+    """A hook output line the router would refuse (hook-protocol.md §2.1); what that costs depends on the hook."""
 
 
 def is_private(name: str) -> bool:
@@ -101,7 +101,7 @@ def sprint_ad_by_attribute(ad: classad2.ClassAd) -> str:
 
 
 def route_info_line(name: str, target_universe: int, grid_resource: str | None) -> str:
-    """The new-style one-line route description the translate hook reads first (§2.2)."""
+    """The new-style one-line route description the translate hook reads first (hook-protocol.md §2.2)."""
     route = classad2.ClassAd()
     route["Name"] = name
     if grid_resource:
@@ -111,12 +111,12 @@ def route_info_line(name: str, target_universe: int, grid_resource: str | None) 
 
 
 def translate_stdin(route_line: str, src: classad2.ClassAd) -> bytes:
-    """Route line, no newline of its own, then the dashes, then the source ad (§2.2)."""
+    """Route line, no newline of its own, then the dashes, then the source ad (hook-protocol.md §2.2)."""
     return (route_line + "\n------\n" + sprint_ad(src)).encode()
 
 
 def finalize_stdin(src: classad2.ClassAd, dest: classad2.ClassAd) -> bytes:
-    """Source ad, an empty line, the dashes, then the routed ad (§2.4)."""
+    """Source ad, an empty line, the dashes, then the routed ad (hook-protocol.md §2.4)."""
     return (sprint_ad(src) + "\n------\n" + sprint_ad(dest)).encode()
 
 
