@@ -1,7 +1,7 @@
 """Old-syntax route conversion (ce_k8s.condor.oldsyntax) and ``ce-k8s routes convert``.
 
-The rules are jobrouter-protocol.md §4.2 (defaults ∪ entry, copy → delete → set → eval_set, TARGET.
-removed from Requirements, TargetUniverse → UNIVERSE, OverrideRoutingEntry) and §1.2 (old syntax is
+The rules are docs/hook-protocol.md §4.2 (defaults ∪ entry, copy → delete → set → eval_set, TARGET.
+removed from Requirements, TargetUniverse → UNIVERSE, OverrideRoutingEntry) and hook-protocol.md §1.2 (old syntax is
 gone in 24.10+); the examples are the seed's Local_PBS_cms/Local_PBS_other slide and the CE v23
 docs examples of htcondor-ce.md §1.7.
 """
@@ -159,7 +159,7 @@ SET IsProduction false
 @jrt
 """
 
-# The other CE v23 forms (§1.7): regexp on TARGET.Owner, set_default_*, and global defaults through
+# The other CE v23 forms (htcondor-ce.md §1.7): regexp on TARGET.Owner, set_default_*, and global defaults through
 # MERGE_JOB_ROUTER_DEFAULT_ADS + "JOB_ROUTER_DEFAULTS = $(JOB_ROUTER_DEFAULTS) [set_Periodic_Hold = ...;]".
 CE_V23_DEFAULTS = """\
 MERGE_JOB_ROUTER_DEFAULT_ADS = True
@@ -241,7 +241,7 @@ def job(**attrs: object) -> classad2.ClassAd:
 
 
 def test_seed_example_converts_exactly(tmp_path, monkeypatch):
-    """§4.2 on the seed slide: TARGET. scope removed, TargetUniverse → UNIVERSE, set_ → SET."""
+    """hook-protocol.md §4.2 on the seed slide: TARGET. scope removed, TargetUniverse → UNIVERSE, set_ → SET."""
     monkeypatch.chdir(tmp_path)
     cfg = load(tmp_path, SEED, "seed.conf")
     # the file is read relative to the cwd so the header says seed.conf
@@ -255,7 +255,7 @@ def test_seed_example_converts_exactly(tmp_path, monkeypatch):
 
 
 def test_ce_v23_first_example_keeps_route_names_order(tmp_path, monkeypatch):
-    """§1.7: the Condor_Pool/My_Slurm pair; an existing JOB_ROUTER_ROUTE_NAMES is kept as written."""
+    """htcondor-ce.md §1.7: the Condor_Pool/My_Slurm pair; an existing JOB_ROUTER_ROUTE_NAMES is kept as written."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ce.conf").write_text(CE_V23_FIRST)
     result = convert(CondorConfig.load("ce.conf", environ={}))
@@ -264,7 +264,7 @@ def test_ce_v23_first_example_keeps_route_names_order(tmp_path, monkeypatch):
 
 
 def test_ce_v23_second_example(tmp_path, monkeypatch):
-    """§1.7: Requirements (TARGET.queue == "prod") → REQUIREMENTS (queue == "prod")."""
+    """htcondor-ce.md §1.7: Requirements (TARGET.queue == "prod") → REQUIREMENTS (queue == "prod")."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ce.conf").write_text(CE_V23_SECOND)
     result = convert(CondorConfig.load("ce.conf", environ={}))
@@ -273,7 +273,7 @@ def test_ce_v23_second_example(tmp_path, monkeypatch):
 
 
 def test_defaults_merge_and_rule_groups(tmp_path):
-    """§4.2: defaults ∪ entry (entry wins), copy → delete → set → eval_set each sorted, temp SET/DELETE."""
+    """hook-protocol.md §4.2: defaults ∪ entry (entry wins); copy, delete, set, eval_set each sorted."""
     result = convert(load(tmp_path, CE_V23_DEFAULTS))
     body = result.text.split("\n\n# JOB_ROUTER_ENTRIES [1] at ")[1].split("\n", 1)[1]
     assert body == CE_V23_DEFAULTS_ROUTE
@@ -445,7 +445,7 @@ def test_converted_config_replaces_old_knobs_and_leaves_the_original(tmp_path):
 
 
 def test_seed_routes_identically_before_and_after_conversion(tmp_path):
-    """§4.2/§4.4: old Requirements matched with the job as TARGET choose the same route as the
+    """hook-protocol.md §4.2/§4.4: old Requirements matched with the job as TARGET choose the same route as the
     converted REQUIREMENTS evaluated on the job alone (routing.py, first match wins)."""
     from ce_k8s.condor import routing
 

@@ -37,7 +37,7 @@ def routed(shipped: RouterConfig, name: str, extra: dict[str, object] | None = N
 
 
 def test_shipped_config_loads_cleanly_with_ce_values_section_1_4(shipped):
-    """§1.4: the CE's router name, source constraint and limits."""
+    """htcondor-ce.md §1.4: the CE's router name, source constraint and limits."""
     assert shipped.errors == [] and shipped.warnings == []
     assert shipped.router_name == "htcondor-ce"
     assert shipped.source_constraint == "target.JobUniverse =?= 5 || target.JobUniverse =?= 1"
@@ -51,7 +51,7 @@ def test_shipped_config_loads_cleanly_with_ce_values_section_1_4(shipped):
 
 
 def test_cpu8_pilot_section_1_5(shipped):
-    """§1.5: xcount → RequestCpus, maxMemory → RequestMemory, 60*maxWallTime → BatchRuntime,
+    """htcondor-ce.md §1.5: xcount → RequestCpus, maxMemory → RequestMemory, 60*maxWallTime → BatchRuntime,
     queue → BatchQueue; Base/Cleanup/OrigRequests/CERequirements effects."""
     name, ad = routed(shipped, "cpu8")
     assert name == "Pilots"
@@ -72,7 +72,7 @@ def test_cpu8_pilot_section_1_5(shipped):
 
 
 def test_single_core_pilot_gets_the_ce_defaults_section_1_5(shipped):
-    """§1.5: no xcount, RequestCpus 1 → 1; no maxMemory → 2000; no wall time → 60*ROUTED_JOB_MAX_TIME;
+    """htcondor-ce.md §1.5: no xcount, RequestCpus 1 → 1; no maxMemory → 2000; no wall time → 60*ROUTED_JOB_MAX_TIME;
     no queue → the route's default_queue."""
     _, ad = routed(shipped, "1core")
     assert ad.eval("RequestCpus") == 1 and ad.eval("remote_SMPGranularity") == 1
@@ -105,7 +105,7 @@ def test_gpu_pilot_takes_the_gpu_route(shipped):
 
 
 def test_whole_node_pilot_section_1_5(shipped):
-    """§1.5: WholeNode logic is for vanilla routes only; WantWholeNode is copied to WholeNodes."""
+    """htcondor-ce.md §1.5: WholeNode logic is for vanilla routes only; WantWholeNode is copied to WholeNodes."""
     name, ad = routed(shipped, "wholenode")
     assert name == "WholeNode_Pilots"
     assert ad.eval("WholeNodes") is True
@@ -156,7 +156,7 @@ def test_json_example_routes_like_the_old_form():
 
 @pytest.mark.parametrize("name, own_route", [("wholenode", "WholeNode_Pilots"), ("gpu", "GPU_Pilots")])
 def test_special_pilot_waits_when_its_route_is_full_section_4_4(shipped, name, own_route):
-    """§4.4: a route that is not accepting is skipped and the next match wins; the catch-all must
+    """hook-protocol.md §4.4: a route that is not accepting is skipped and the next match wins; the catch-all must
     not be that match for GPU or whole-node pilots, or they would get a pod of the wrong shape."""
     job = pilot(name)
     assert shipped.choose_route(job).name == own_route

@@ -1,4 +1,4 @@
-"""The hook protocol's wire format, byte for byte (jobrouter-protocol.md §2.1, §2.2, §2.4, §7)."""
+"""The hook protocol's wire format, byte for byte (docs/hook-protocol.md §2.1, §2.2, §2.4, §7)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _ad(text: str) -> classad2.ClassAd:
 
 
 def test_translate_stdin_matches_reference_example_section_2_2():
-    """§2.2: route line without its own newline, six dashes, then the sorted source ad."""
+    """hook-protocol.md §2.2: route line without its own newline, six dashes, then the sorted source ad."""
     line = wire.route_info_line("K8s", 9, "batch k8s")
     expected = '[ Name = "K8s"; GridResource = "batch k8s"; TargetUniverse = 9 ]\n------\n' + SOURCE_AD_TEXT
     assert wire.translate_stdin(line, _ad(SOURCE_AD_TEXT)) == expected.encode()
