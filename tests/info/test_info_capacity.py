@@ -104,7 +104,7 @@ def test_packing_is_per_node_not_from_totals():
 
 
 def test_max_pilots_counts_placed_pilots_plus_what_fits():
-    """MaxPilots is the factory's total limit (§3.4): a full cluster of our pilots keeps its number."""
+    """MaxPilots is the factory's total limit (htcondor-ce.md §3.4): a full cluster of our pilots keeps its number."""
     pods = [_pilot(f"p{i}", "a") for i in range(4)] + [_pilot("q", None, phase="Pending"),
                                                         _pilot("done", "a", phase="Succeeded")]
     snap = _snap([node("a", cpu=16000)], pods)

@@ -55,7 +55,7 @@ def test_mixed_cluster_output(capsys):
     whole = cat["wholenode"]
     assert "CPUs" not in whole and "Memory" not in whole and "GPUs" not in whole
     assert (whole["WholeNode"], whole["EstimatedCPUs"], whole["MaxPilots"]) == (True, 31, 0)
-    assert "GPUs" not in cpu8  # OSG_autoconf turns a present GPUs into Request_GPUs (§3.4)
+    assert "GPUs" not in cpu8  # OSG_autoconf turns a present GPUs into Request_GPUs (htcondor-ce.md §3.4)
 
 
 def test_output_is_sorted_one_line_per_attribute(capsys):
@@ -244,7 +244,7 @@ def test_unreadable_snapshot_is_critical(capsys, tmp_path):
     ],
 )
 def test_health_keeps_the_ce_rules(capsys, extra, status):
-    """IsOK/Status are expressions: ours folded into 05-ce-health-defaults.conf's formula (§3.1)."""
+    """IsOK/Status are expressions: ours folded into 05-ce-health-defaults.conf's formula (htcondor-ce.md §3.1)."""
     out, _ = run_info(capsys, "--config", TEST_CONFIG, "--cluster-snapshot", "tests/info/snapshots/mixed.json")
     ad = parse(out + extra + "\n")
     assert ad.eval("Status") == status
