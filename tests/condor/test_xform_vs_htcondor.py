@@ -114,7 +114,8 @@ ROUTE_JOB = ('ClusterId = 12\nProcId = 3\nJobUniverse = 5\nJobStatus = 1\nOwner 
              'xcount = 4\nQueue = "prod"\nEnvironment = "A=1"\nMaxWallTime = 100\nWantWholeNode = true\n'
              'Tricky = "has $(w) inside"\n')
 BODIES = [
-    ('predefined-macros', 'SET A "$(IsLinux)|$(IsWindows)|$(IsClusterAd)|$(Row)|$(Step)|$(XFormId)|$(LateMaterialization)"\n'
+    ('predefined-macros',
+     'SET A "$(IsLinux)|$(IsWindows)|$(IsClusterAd)|$(Row)|$(Step)|$(XFormId)|$(LateMaterialization)"\n'
      'if defined Row\n SET B 1\nendif'),
     ('if-numbers', 'if 0.5\n SET A 1\nendif\nif -1\n SET B 1\nendif\nif 1e3\n SET C 1\nendif\nif 0\n SET D 1\nendif'),
     ('if-version-forms', 'if version > 25.0.0\n SET A 1\nendif\nif version <= 8.9\n SET B 1\nendif\n'
