@@ -557,7 +557,7 @@ class Soak:
         """Where an unfinished pilot is stuck: source and routed job, router state, its pods in the API.
 
         Why: a lost pilot is a finding for someone else's code, and the report must carry the
-        evidence (docs/reliability.md, "Open findings"), not just a count.
+        evidence (docs/reliability.md, "Findings of the first run"), not just a count.
         """
         from ce_k8s.sim.schedd import eval_int, eval_str
 

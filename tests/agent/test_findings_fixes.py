@@ -1,4 +1,4 @@
-"""Agent-level checks of the fixes for the soak findings F1-F3 (docs/reliability.md, "Open findings").
+"""Agent-level checks of the fixes for the soak findings F1-F3 (docs/reliability.md, "Findings of the first run").
 
 References: docs/design.md Decision 5 (exactly one pod per attempt); docs/holds.md ("pod vanished while
 ce-k8s was not watching" → next attempt); docs/hook-protocol.md §2.3 (update output).

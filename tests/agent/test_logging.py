@@ -1,4 +1,4 @@
-"""Structured logs (issue 8 item 4, docs/internals.md "one line per event, job id in it"): every agent
+"""Structured logs (issue 8 item 4, docs/agent.md "Logs"): every agent
 line is `event=... key=value ...`, and every line about a job or pod names the job."""
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def test_condor_rm_deletes_the_running_pod(env, factory):
                          ids=["schedd", "router", "both"])
 def test_restart_keeps_every_pilot_on_its_one_pod(env, daemons):
     """With pilots running, restart the schedd, the router or both: no pilot is lost, killed or
-    run twice; each keeps the pod it had (docs/real-condor.md, "Restarts")."""
+    run twice; each keeps the pod it had (docs/real-condor.md, finding R3)."""
     before = _stats(env)["pods"]
     pilots = [make_pilot(i, "cpu1", run_s=700) for i in range(3)]   # ~35 s each
     demo = RealDemo(env)

@@ -1,4 +1,4 @@
-"""Open findings of the soak (docs/reliability.md, "Open findings"), each reduced to a deterministic run.
+"""Open findings of the soak (docs/reliability.md, "Findings of the first run"), each reduced to a deterministic run.
 
 These pin bugs in code this room does not own. Each test asserts the *correct* behaviour and is
 marked `xfail(strict=True)`: it fails today for the documented reason, and the day the owner fixes
