@@ -58,6 +58,11 @@ CLUSTER_PERMISSIONS = (
     ("", "pods", "", "list"), ("", "pods", "", "watch"), ("", "nodes", "", "list"),
     ("", "resourcequotas", "", "list"),
 )
+# Granted by rbac.yaml too, but a site may leave it out: without it the agent accounts CPU time as
+# unknown (docs/accounting.md) and everything else works, so its absence is a warning.
+OPTIONAL_CLUSTER_PERMISSIONS = (
+    ("", "nodes", "proxy", "get"),
+)
 RBAC_FIX = ("apply containers/k8s/base/rbac.yaml, with the Role and RoleBinding copied into every pilot "
             "namespace (docs/deploy-kubernetes.md)")
 
@@ -452,8 +457,9 @@ def describe(group: str, resource: str, sub: str, verb: str, namespace: str) -> 
 
 def check_rbac(ctx: Context) -> None:
     wanted = [(*p, ns) for ns in pilot_namespaces(ctx) for p in NAMESPACED_PERMISSIONS]
-    wanted += [(*p, "") for p in CLUSTER_PERMISSIONS]
-    missing = []
+    wanted += [(*p, "") for p in CLUSTER_PERMISSIONS + OPTIONAL_CLUSTER_PERMISSIONS]
+    optional = {(*p, "") for p in OPTIONAL_CLUSTER_PERMISSIONS}
+    missing, missing_optional = [], []
     deadline = time.monotonic() + max(ctx.timeout * 4, 10.0)
     for group, resource, sub, verb, ns in wanted:
         left = deadline - time.monotonic()
@@ -467,9 +473,15 @@ def check_rbac(ctx: Context) -> None:
             ctx.add(FAIL, "rbac", f"SelfSubjectAccessReview failed: {short(exc)}", RBAC_FIX)
             return
         if not allowed:
-            missing.append(describe(group, resource, sub, verb, ns))
+            (missing_optional if (group, resource, sub, verb, ns) in optional else missing).append(
+                describe(group, resource, sub, verb, ns))
     if missing:
         ctx.add(FAIL, "rbac", f"the agent's credentials may not {'; '.join(missing)}", RBAC_FIX)
+        return
+    if missing_optional:
+        ctx.add(WARN, "rbac", f"the agent's credentials may not {'; '.join(missing_optional)}: pilots' CPU "
+                "time is accounted as unknown (the kubelet's summary API is read through the node proxy)",
+                RBAC_FIX)
         return
     ctx.add(OK, "rbac", f"all {len(wanted)} permissions the agent uses are granted")
 

@@ -38,7 +38,7 @@ def test_healthy_host_passes_every_check(host):
         "hook-update": "OK", "hook-finalize": "OK", "hook-cleanup": "OK", "attrs-to-copy": "OK", "agent": "OK",
         "api": "OK", "rbac": "OK", "spool": "OK"}, found
     assert code == 0
-    assert "all 12 permissions" in found["rbac"][1]
+    assert "all 13 permissions" in found["rbac"][1]
 
 
 def test_json_output_has_one_object_per_check(host):
@@ -250,6 +250,25 @@ def test_missing_rbac_permission_fails_naming_it():
     level, line = found["rbac"]
     assert level == "FAIL" and f"patch secrets in {NAMESPACE}" in line and "rbac.yaml" in line
     assert "create pods" not in line
+
+
+def test_missing_node_proxy_is_a_warning_about_cpu_accounting():
+    """Without get on nodes/proxy the agent cannot read the kubelet's summary API: CPU time is
+    accounted as unknown and nothing else changes, so doctor warns and does not fail."""
+    rules = [
+        {"verbs": ["create", "get", "delete"], "resources": ["pods", "pods/log"], "apiGroups": [""],
+         "namespaces": [NAMESPACE]},
+        {"verbs": ["create", "delete", "patch"], "resources": ["secrets"], "apiGroups": [""],
+         "namespaces": [NAMESPACE]},
+        {"verbs": ["list"], "resources": ["events"], "apiGroups": [""], "namespaces": [NAMESPACE]},
+        {"verbs": ["list", "watch"], "resources": ["pods", "nodes", "resourcequotas"], "apiGroups": [""]},
+    ]
+    with ce_host(rules=rules) as h:
+        h.start_agent()
+        code, found = doctor(h)
+    level, line = found["rbac"]
+    assert level == "WARN" and "get nodes/proxy (cluster-wide)" in line and "unknown" in line, line
+    assert code == 0
 
 
 def test_rbac_is_checked_in_every_namespace_a_route_uses():
