@@ -330,20 +330,22 @@ def _route_problems(router: RouterConfig) -> list[Diagnostic]:
 def _pod_problems(router: RouterConfig, cfg: CondorConfig) -> list[Diagnostic]:
     """Route a minimal pilot through every route, as ``ce-k8s route`` does (translate hook logic,
     transforms, pod builder), and report what the pod builder rejects: the pilot would be held."""
-    from ce_k8s.condor import cli_route, wire
+    from ce_k8s.condor import wire
+    from ce_k8s.condor.trial import pod_tools as find_pod_tools
+    from ce_k8s.condor.trial import route_one, translator
 
-    pod_tools = cli_route._pod_tools()
+    pod_tools = find_pod_tools()
     if pod_tools is None:
         return []
     try:
         settings = pod_tools[2].from_config(cfg)
     except ValueError as exc:
         return [Diagnostic("<config>", 0, Severity.ERROR, f"CE_K8S_* settings are invalid: {exc}")]
-    translate = cli_route._translator()
+    translate = translator()
     found: list[Diagnostic] = []
     trial = wire.parse_old_ads(_TRIAL_JOB, "<trial pilot>")[0]
     for route in router.routes:
-        result = cli_route.route_one(trial, router, cfg, translate, pod_tools, settings, force_route=route)
+        result = route_one(trial, router, cfg, translate, pod_tools, settings, force_route=route)
         if result.pod_error is not None:
             code, message = result.pod_error
             found.append(_at(route.origin, Severity.ERROR,

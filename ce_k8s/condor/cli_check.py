@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ce_k8s.condor.routing import RouterConfig
 
     try:
-        from ce_k8s.condor.cli_route import load_config
+        from ce_k8s.condor.trial import load_config
 
         cfg, notes = load_config(args.config, no_commands=getattr(args, "no_commands", False),
                                  htcondor_version=getattr(args, "htcondor_version", None))

@@ -418,12 +418,13 @@ def pilot_namespaces(ctx: Context) -> list[str]:
     """`CE_K8S_NAMESPACE` plus every namespace a route sends a trial pilot to (`K8sNamespace`)."""
     namespaces = {ctx.settings.namespace}
     try:
-        from ce_k8s.condor import cli_route, wire
+        from ce_k8s.condor import wire
+        from ce_k8s.condor.trial import route_one, translator
 
         trial = wire.parse_old_ads(_TRIAL_PILOT, "<doctor trial pilot>")[0]
-        translate = cli_route._translator()
+        translate = translator()
         for route in ctx.router.routes:
-            result = cli_route.route_one(trial, ctx.router, ctx.cfg, translate, None, ctx.settings, force_route=route)
+            result = route_one(trial, ctx.router, ctx.cfg, translate, None, ctx.settings, force_route=route)
             ns = result.ad.eval("K8sNamespace") if result.ad is not None and "K8sNamespace" in result.ad else None
             if isinstance(ns, str) and ns:
                 namespaces.add(ns)
