@@ -321,7 +321,7 @@ def oracle_as_ce_k8s_route(config, job_text: str, ce_config=None,
     1. the oracle chooses the route (routes' REQUIREMENTS, JOB_ROUTER_ROUTE_NAMES order);
     2. the translate hook's output for that route (ce-k8s's own hook, from the route description
        ce-k8s computes: a shared pre-step, since hooks are not in libcondor_utils), or the source
-       ad unchanged for another backend's route, as ``cli_route.route_one`` does;
+       ad unchanged for another backend's route, as ``ce_k8s.condor.trial.route_one`` does;
     3. VanillaToGrid (ce-k8s's, with HTCondor's reading of the route), then HTCondor's pre-route,
        route and post-route transforms;
     4. ``submit_edits`` (ce-k8s's), the schedd's changes on submission.
