@@ -12,15 +12,17 @@ process sees is the DELETED event itself, which is handled by reading that event
 eviction must never be mistaken for an out-of-band deletion: that would hold a pilot which
 should simply run again (docs/holds.md).
 
-The raw JSON is parsed with `json` and summarised immediately (`PodInfo`): the kubernetes
-client's model deserialisation costs ~0.1 ms per pod (docs/design.md "kmock 0.8, measured") and full
-objects would not fit the memory budget at 20,000 pods.
+The raw JSON is decoded straight into the few fields the agent reads (`ce_k8s.agent.podschema`,
+msgspec) and summarised immediately (`PodInfo`): the kubernetes client's model deserialisation
+costs ~0.1 ms per pod (docs/design.md "kmock 0.8, measured"), full objects would not fit the
+memory budget at 50,000 pods, and a plain `json.loads` of every field was half of a relist's time
+(docs/performance.md "Fast relist").
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -28,6 +30,7 @@ from collections.abc import Callable
 
 from kubernetes.client.exceptions import ApiException
 
+from ce_k8s.agent import podschema
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.agent.ratelimit import backoff
@@ -137,32 +140,36 @@ class PodCache:
 
         Each page is summarised as it arrives, so the full pod objects of only one page are in
         memory at a time (20,000 pods of ~6 KB JSON would otherwise peak at several hundred MB).
+        The next page is requested as soon as this one's `continue` token is read, before its
+        pods are summarised: the server prepares page k+1 while we decode page k (on the API
+        server's own machine in production, on the other core here), which keeps the relist
+        at the speed of the slower side instead of the sum of both (docs/performance.md).
         """
         fresh: dict[str, PodInfo] = {}
-        cont = None
-        while True:
-            kwargs = {"label_selector": self.selector, "limit": LIST_PAGE, "_preload_content": False,
-                      "_request_timeout": self.request_timeout}
-            if cont:
-                kwargs["_continue"] = cont
-            try:
-                resp = self.api.list_pod_for_all_namespaces(**kwargs)
-            except ApiException as exc:
-                if exc.status == 410 and cont:
-                    fresh, cont = {}, None   # the continue token expired: start over
-                    continue
-                raise
-            body = json.loads(resp.data)
-            for item in body.get("items") or ():
-                info = self._sticky(PodInfo.from_dict(item))
-                if info.name:
-                    fresh[info.name] = info
-            meta = body.get("metadata") or {}
-            del body
-            cont = meta.get("continue")
-            if not cont:
-                rv = meta.get("resourceVersion") or ""
-                break
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ce-k8s-list") as pool:
+            cont: str | None = None
+            pending = pool.submit(self._list_page, None)
+            while True:
+                try:
+                    data = pending.result()
+                except ApiException as exc:
+                    if exc.status == 410 and cont:
+                        fresh, cont = {}, None   # the continue token expired: start over
+                        pending = pool.submit(self._list_page, None)
+                        continue
+                    raise
+                meta = podschema.LIST_META.decode(data).metadata or podschema.ListMeta()
+                cont = meta.continue_
+                if cont:
+                    pending = pool.submit(self._list_page, cont)
+                for item in podschema.POD_LIST.decode(data).items or ():
+                    info = self._sticky(PodInfo.from_pod(item))
+                    if info.name:
+                        fresh[info.name] = info
+                del data
+                if not cont:
+                    rv = meta.resource_version or ""
+                    break
         with self._lock:
             # Pods that vanished between two LISTs get no tombstone: their last state here may
             # predate an eviction we never saw, so their fate is unknown (status.py handles that).
@@ -178,6 +185,14 @@ class PodCache:
         log.info("%s", fields(event="relisted", pods=len(fresh), rv=rv))
         for listener in self.listeners:
             listener(None)
+
+    def _list_page(self, cont: str | None) -> bytes:
+        """One page of our pods, as the raw JSON body."""
+        kwargs = {"label_selector": self.selector, "limit": LIST_PAGE, "_preload_content": False,
+                  "_request_timeout": self.request_timeout}
+        if cont:
+            kwargs["_continue"] = cont
+        return self.api.list_pod_for_all_namespaces(**kwargs).data
 
     # -- WATCH -------------------------------------------------------------------------------------
 
@@ -203,9 +218,9 @@ class PodCache:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
-                        self._apply(json.loads(line))
+                        self.apply_line(line)
             if buf.strip():
-                self._apply(json.loads(buf))
+                self.apply_line(buf)
         finally:
             self._resp = None
             try:
@@ -213,20 +228,27 @@ class PodCache:
             except Exception:  # noqa: S110 - best effort
                 pass
 
-    def _apply(self, event: dict) -> None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
+    def apply_line(self, line: bytes) -> None:
+        """Apply one line of a WATCH stream (one JSON event) to the cache."""
+        self._apply(podschema.EVENT.decode(line))
+
+    def _apply(self, event: podschema.WatchEvent) -> None:
+        kind = event.type
+        raw = event.object
         if kind == "ERROR":
+            obj = podschema.ANY.decode(raw) if raw else {}
+            obj = obj if isinstance(obj, dict) else {}
             if obj.get("code") == 410:
                 raise GoneError()
             raise RuntimeError(f"watch error event: {obj.get('message') or obj}")
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        pod = podschema.POD.decode(raw) if raw else podschema.Pod()
+        rv = pod.metadata.resource_version if pod.metadata is not None else None
         self.last_event = time.time()
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv
             return
-        info = self._sticky(PodInfo.from_dict(obj))
+        info = self._sticky(PodInfo.from_pod(pod))
         with self._lock:
             if kind == "DELETED":
                 self.pods.pop(info.name, None)

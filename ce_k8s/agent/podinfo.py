@@ -10,8 +10,10 @@ from __future__ import annotations
 import calendar
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ce_k8s.agent.podschema import Container, Metadata, Pod, Spec, Status, pod_of
 from ce_k8s.agent.quantity import quantity
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -34,8 +36,22 @@ EVICTION_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown
 
 
 def parse_time(value: object) -> int | None:
-    """RFC 3339 timestamp (as the API server writes it) → epoch seconds; None when absent/bad."""
+    """RFC 3339 timestamp (as the API server writes it) → epoch seconds; None when absent/bad.
+
+    The API server writes `YYYY-MM-DDTHH:MM:SSZ`; that shape is read by slicing (a relist reads
+    three per pod, and `time.strptime` was a sixth of its time), anything else by strptime.
+    """
     if not isinstance(value, str) or len(value) < 19:
+        return None
+    if value[4] == "-" and value[7] == "-" and value[10] == "T" and value[13] == ":" and value[16] == ":":
+        digits = value[0:4] + value[5:7] + value[8:10] + value[11:13] + value[14:16] + value[17:19]
+        if not (digits.isascii() and digits.isdigit()):
+            return None
+        fields = (int(value[0:4]), int(value[5:7]), int(value[8:10]),
+                  int(value[11:13]), int(value[14:16]), int(value[17:19]))
+        if 1 <= fields[1] <= 12 and 1 <= fields[2] <= 31 and fields[3] <= 23 and fields[4] <= 59 \
+                and fields[5] <= 61:
+            return calendar.timegm(fields)
         return None
     try:
         return calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S"))
@@ -84,91 +100,113 @@ class PodInfo:
     @classmethod
     def from_dict(cls, pod: dict) -> PodInfo:
         """Summarise a pod as the API server returns it (JSON dict, camelCase keys)."""
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        status = pod.get("status") or {}
-        labels = meta.get("labels") or {}
-        ann = meta.get("annotations") or {}
-        containers = spec.get("containers") or [{}]
-        main_name = containers[0].get("name")
-        limits = (containers[0].get("resources") or {}).get("limits") or {}
+        return cls.from_pod(pod_of(pod))
+
+    @classmethod
+    def from_pod(cls, pod: Pod) -> PodInfo:
+        """Summarise a pod decoded into the agent's schema (`ce_k8s.agent.podschema`).
+
+        Strings few pods differ in (namespace, phase, node, image, owner, route, reasons) are
+        interned: at 50,000 pods one shared copy each instead of one per pod.
+        """
+        meta = pod.metadata or _NO_META
+        spec = pod.spec or _NO_SPEC
+        status = pod.status or _NO_STATUS
+        labels = meta.labels or _EMPTY
+        ann = meta.annotations or _EMPTY
+        containers = spec.containers or _NO_CONTAINERS
+        first = containers[0]
+        limits = (first.resources.limits if first.resources else None) or _EMPTY
 
         disruption = unscheduled = None
-        for cond in status.get("conditions") or ():
-            ctype, cstat = cond.get("type"), cond.get("status")
-            if ctype == "DisruptionTarget" and cstat == "True":
-                disruption = cond.get("reason") or "DisruptionTarget"
-            elif ctype == "PodScheduled" and cstat == "False":
-                unscheduled = _join(cond.get("reason"), cond.get("message"))
+        for cond in status.conditions or ():
+            if cond.type == "DisruptionTarget" and cond.status == "True":
+                disruption = cond.reason or "DisruptionTarget"
+            elif cond.type == "PodScheduled" and cond.status == "False":
+                unscheduled = _join(cond.reason, cond.message)
 
         main = None
-        statuses = status.get("containerStatuses") or ()
+        statuses = status.container_statuses or ()
         for cs in statuses:
-            if cs.get("name") == main_name:
+            if cs.name == first.name:
                 main = cs
                 break
         if main is None and statuses:
             main = statuses[0]
         waiting_reason = waiting_message = term_reason = ""
         started_at = finished_at = exit_code = None
-        state = (main or {}).get("state") or {}
-        if "waiting" in state:
-            waiting_reason = state["waiting"].get("reason") or ""
-            waiting_message = state["waiting"].get("message") or ""
-        if "running" in state:
-            started_at = parse_time(state["running"].get("startedAt"))
-        if "terminated" in state:
-            term = state["terminated"]
-            started_at = parse_time(term.get("startedAt"))
-            finished_at = parse_time(term.get("finishedAt"))
-            exit_code = term.get("exitCode")
-            term_reason = term.get("reason") or ""
+        state = main.state if main is not None else None
+        if state is not None:
+            if state.waiting is not None:
+                waiting_reason = state.waiting.reason or ""
+                waiting_message = state.waiting.message or ""
+            if state.running is not None:
+                started_at = parse_time(state.running.started_at)
+            if state.terminated is not None:
+                term = state.terminated
+                started_at = parse_time(term.started_at)
+                finished_at = parse_time(term.finished_at)
+                exit_code = term.exit_code
+                term_reason = term.reason or ""
         if not waiting_reason:  # an init container stuck on its image blocks the pod just the same
-            for cs in status.get("initContainerStatuses") or ():
-                w = (cs.get("state") or {}).get("waiting")
-                if w and w.get("reason") in IMAGE_PULL_REASONS | CONFIG_ERROR_REASONS | CANNOT_RUN_REASONS:
-                    waiting_reason, waiting_message = w.get("reason") or "", w.get("message") or ""
+            for cs in status.init_container_statuses or ():
+                w = cs.state.waiting if cs.state is not None else None
+                if w is not None and w.reason in _BLOCKING_REASONS:
+                    waiting_reason, waiting_message = w.reason or "", w.message or ""
                     break
 
         return cls(
-            name=meta.get("name") or "",
-            namespace=meta.get("namespace") or "",
-            uid=meta.get("uid") or "",
-            resource_version=meta.get("resourceVersion") or "",
-            owner=ann.get(ANN_OWNER) or labels.get(LABEL_OWNER) or "",
+            name=meta.name or "",
+            namespace=_intern(meta.namespace),
+            uid=meta.uid or "",
+            resource_version=meta.resource_version or "",
+            owner=_intern(ann.get(ANN_OWNER) or labels.get(LABEL_OWNER)),
             global_job_id=ann.get(ANN_GLOBAL_JOB_ID) or "",
-            created=parse_time(meta.get("creationTimestamp")),
-            deleting=bool(meta.get("deletionTimestamp")),
-            phase=status.get("phase") or "Pending",
-            reason=status.get("reason") or "",
-            message=status.get("message") or "",
-            node=spec.get("nodeName") or "",
-            start_time=parse_time(status.get("startTime")),
+            created=parse_time(meta.creation_timestamp),
+            deleting=bool(meta.deletion_timestamp),
+            phase=_intern(status.phase or "Pending"),
+            reason=_intern(status.reason),
+            message=status.message or "",
+            node=_intern(spec.node_name),
+            start_time=parse_time(status.start_time),
             disruption=disruption,
             unscheduled=unscheduled,
-            image=containers[0].get("image") or "",
-            waiting_reason=waiting_reason,
+            image=_intern(first.image),
+            waiting_reason=_intern(waiting_reason),
             waiting_message=waiting_message,
             started_at=started_at,
             finished_at=finished_at,
-            exit_code=exit_code if isinstance(exit_code, int) else None,
-            term_reason=term_reason,
-            memory_limit=str(limits.get("memory") or "?"),
-            deadline=spec.get("activeDeadlineSeconds"),
-            route=sys.intern(str(labels.get(LABEL_ROUTE) or "")),
-            source_job=str(ann.get(ANN_ROUTED_FROM) or labels.get(LABEL_JOB) or ""),
+            exit_code=exit_code,
+            term_reason=_intern(term_reason),
+            memory_limit=_intern(str(limits.get("memory") or "?")),
+            deadline=spec.active_deadline_seconds,
+            route=_intern(labels.get(LABEL_ROUTE)),
+            source_job=ann.get(ANN_ROUTED_FROM) or labels.get(LABEL_JOB) or "",
             attempt=_int(labels.get(LABEL_ATTEMPT)),
-            cpu_request=_request_sum(spec.get("containers") or (), "cpu"),
-            memory_request=int(_request_sum(spec.get("containers") or (), "memory")),
+            cpu_request=_request_sum(containers, "cpu"),
+            memory_request=int(_request_sum(containers, "memory")),
         )
 
 
-def _request_sum(containers: object, resource: str) -> float:
+_EMPTY: dict[str, str] = {}
+_NO_META = Metadata()
+_NO_SPEC = Spec()
+_NO_STATUS = Status()
+_NO_CONTAINERS = (Container(),)
+_BLOCKING_REASONS = IMAGE_PULL_REASONS | CONFIG_ERROR_REASONS | CANNOT_RUN_REASONS
+
+
+def _intern(value: str | None) -> str:
+    return sys.intern(value) if value else ""
+
+
+def _request_sum(containers: Sequence[Container], resource: str) -> float:
     """The sum of the containers' requests of `resource` (cores or bytes); 0 when none is set."""
     total = 0.0
-    for c in containers if isinstance(containers, list | tuple) else ():
-        if isinstance(c, dict):
-            total += quantity(((c.get("resources") or {}).get("requests") or {}).get(resource)) or 0.0
+    for c in containers:
+        requests = c.resources.requests if c.resources is not None else None
+        if requests:
+            total += quantity(requests.get(resource)) or 0.0
     return total
 
 

@@ -278,6 +278,19 @@ class Store:
             except Exception:
                 log.exception("store listener failed on %s %s", ev.type, resource)
 
+    def compact(self, resource: str) -> int:
+        """Forget the retained history of ``resource``, as an etcd compaction does.
+
+        A fresh resourceVersion marks the cut: every version a client holds now is older than
+        it, so a watch resumed from one is answered 410 Gone and the client must relist (the
+        benchmarks use this to time the agent's relist after a 410). Returns that version.
+        """
+        with self.lock:
+            rv = self.next_rv()
+            self._history.pop(resource, None)
+            self._compacted[resource] = rv
+        return rv
+
     # ---- watch -------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[str, WatchEvent], None]) -> None:
         """Call ``fn(resource, event)`` after every write (loop thread). It must not write back

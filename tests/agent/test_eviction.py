@@ -9,6 +9,7 @@ the DELETED event's object, in the LIST after a restart or a 410, or once and th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ce_k8s import protocol
@@ -39,6 +40,11 @@ def pod_obj(name=NAME, uid=UID, phase="Running", disruption=False, deleting=Fals
                            "startedAt": "2025-10-09T08:55:00Z"}}}]}}
 
 
+def _event(event: dict) -> bytes:
+    """One WATCH stream line, as the API server writes it."""
+    return json.dumps(event).encode()
+
+
 def reported_running_ad(settings):
     """The routed ad after the update that reported the pod running (K8sPodUid known, hook-protocol.md §2.3)."""
     return routed_ad(Path(settings.spool), JobStatus=2, K8sPodUid=UID)
@@ -57,18 +63,18 @@ def assert_next_attempt(out):
 
 def test_deleted_event_is_the_first_sight_of_the_disruption(agent, settings):
     """The MODIFIED event with the condition was never seen: the DELETED object carries it."""
-    agent.cache._apply({"type": "ADDED", "object": pod_obj()})
-    agent.cache._apply({"type": "DELETED", "object": pod_obj(disruption=True, deleting=True, rv="12")})
+    agent.cache.apply_line(_event({"type": "ADDED", "object": pod_obj()}))
+    agent.cache.apply_line(_event({"type": "DELETED", "object": pod_obj(disruption=True, deleting=True, rv="12")}))
     assert_next_attempt(update(agent, reported_running_ad(settings)))
 
 
 def test_disruption_seen_once_is_not_forgotten_by_later_objects(agent, settings):
     """A later object without the condition (stale status write) must not turn the eviction into a
     deletion: this held pilots as "pod deleted outside ce-k8s" (8755) before the evidence was sticky."""
-    agent.cache._apply({"type": "MODIFIED", "object": pod_obj(disruption=True, rv="11")})
-    agent.cache._apply({"type": "MODIFIED", "object": pod_obj(deleting=True, rv="12")})
+    agent.cache.apply_line(_event({"type": "MODIFIED", "object": pod_obj(disruption=True, rv="11")}))
+    agent.cache.apply_line(_event({"type": "MODIFIED", "object": pod_obj(deleting=True, rv="12")}))
     assert agent.cache.get(NAME).disruption == "EvictionByEvictionAPI"
-    agent.cache._apply({"type": "DELETED", "object": pod_obj(deleting=True, rv="13")})
+    agent.cache.apply_line(_event({"type": "DELETED", "object": pod_obj(deleting=True, rv="13")}))
     assert agent.cache.get_gone(NAME).disruption == "EvictionByEvictionAPI"
     assert_next_attempt(update(agent, reported_running_ad(settings)))
 
@@ -88,23 +94,23 @@ def test_relist_after_restart_is_the_first_sight(agent, settings):
     cache = PodCache(OneList(), "x")
     cache.relist()
     assert cache.get(NAME).disruption == "EvictionByEvictionAPI"
-    cache._apply({"type": "DELETED", "object": pod_obj(deleting=True, rv="21")})
+    cache.apply_line(_event({"type": "DELETED", "object": pod_obj(deleting=True, rv="21")}))
     agent.cache = cache
     assert_next_attempt(update(agent, reported_running_ad(settings)))
 
 
 def test_deletion_without_any_sign_of_disruption_is_pod_deleted(agent, settings):
     """docs/holds.md: deleted out of band (DELETED seen, never a DisruptionTarget) → held 21/8755."""
-    agent.cache._apply({"type": "ADDED", "object": pod_obj()})
-    agent.cache._apply({"type": "DELETED", "object": pod_obj(deleting=True, rv="12")})
+    agent.cache.apply_line(_event({"type": "ADDED", "object": pod_obj()}))
+    agent.cache.apply_line(_event({"type": "DELETED", "object": pod_obj(deleting=True, rv="12")}))
     out = update(agent, reported_running_ad(settings))
     assert out["JobStatus"] == 5 and out["HoldReasonSubCode"] == HOLDS["pod-deleted"].subcode
 
 
 def test_evidence_of_an_old_pod_does_not_stick_to_a_new_pod_of_the_same_name(agent):
-    agent.cache._apply({"type": "MODIFIED", "object": pod_obj(disruption=True, rv="11")})
-    agent.cache._apply({"type": "DELETED", "object": pod_obj(disruption=True, rv="12")})
-    agent.cache._apply({"type": "ADDED", "object": pod_obj(uid="another-uid", rv="13")})
+    agent.cache.apply_line(_event({"type": "MODIFIED", "object": pod_obj(disruption=True, rv="11")}))
+    agent.cache.apply_line(_event({"type": "DELETED", "object": pod_obj(disruption=True, rv="12")}))
+    agent.cache.apply_line(_event({"type": "ADDED", "object": pod_obj(uid="another-uid", rv="13")}))
     assert agent.cache.get(NAME).disruption is None
 
 

@@ -199,8 +199,8 @@ def test_held_job_pod_is_deleted_not_released(waiting, server, settings):
     agent = waiting
     ad = running_job(agent, server, settings)
     ad["JobStatus"] = 5
-    status, parts = cleanup(agent, ad)
-    assert status == protocol.STATUS_OK and parts == [b"1 pod(s) deleted"] and agent.probe.asked == []
+    reply = cleanup(agent, ad)
+    assert reply == (protocol.STATUS_OK, [b"1 pod(s) deleted"]) and agent.probe.asked == []
 
 
 def test_agent_restart_between_release_and_adoption_still_adopts(server, settings):

@@ -194,6 +194,24 @@ def test_limit_and_continue_paging(core, pod_body):
     assert second.metadata.resource_version == first.metadata.resource_version
 
 
+def test_a_paged_list_is_one_snapshot(core, pod_body):
+    """Every page shows the objects of the first page's version, as the real server serves a
+    continued LIST: a pod deleted after the first page is still listed, one created is not, and
+    a pod changed after it appears as it was."""
+    for i in range(6):
+        core.create_namespaced_pod("default", pod_body(f"p{i}"))
+    first = core.list_namespaced_pod("default", limit=2)
+    core.delete_namespaced_pod("p3", "default", grace_period_seconds=0)
+    core.create_namespaced_pod("default", pod_body("p25"))
+    core.patch_namespaced_pod("p4", "default", {"metadata": {"labels": {"changed": "yes"}}})
+    rest = core.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
+    last = core.list_namespaced_pod("default", limit=2, _continue=rest.metadata._continue)
+    assert [p.metadata.name for p in rest.items + last.items] == ["p2", "p3", "p4", "p5"]
+    assert "changed" not in (last.items[0].metadata.labels or {})
+    assert not last.metadata._continue
+    fresh = [p.metadata.name for p in core.list_namespaced_pod("default").items]
+    assert fresh == ["p0", "p1", "p2", "p25", "p4", "p5"]
+
 def test_put_replace_with_stale_resource_version_is_409(core):
     """kmock has no PUT at all. Optimistic concurrency is the real server's contract."""
     core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"a": "1"}})

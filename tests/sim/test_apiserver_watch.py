@@ -95,6 +95,25 @@ def test_too_old_resource_version_is_410_gone_error_event(core, api_only, pod_bo
     assert e.value.status == 410
 
 
+def test_a_compaction_makes_every_held_version_too_old(core, api_only, pod_body):
+    """`Store.compact` is an etcd compaction: even the newest version a client holds is gone."""
+    core.create_namespaced_pod("default", pod_body("p1"))
+    held = core.list_namespaced_pod("default").metadata.resource_version
+    cut = api_only.call(api_only.store.compact, "pods")
+    assert cut > int(held)
+    w = watch.Watch()
+    with pytest.raises(ApiException) as e:
+        for _ in w.stream(core.list_namespaced_pod, "default", resource_version=held, timeout_seconds=2):
+            pass
+    assert e.value.status == 410
+    fresh = core.list_namespaced_pod("default").metadata.resource_version
+    assert int(fresh) >= cut
+    core.create_namespaced_pod("default", pod_body("p2"))
+    events, t = collect(core, n_events=1, resource_version=fresh, timeout_seconds=5)
+    t.join(5)
+    assert [e[:2] for e in events] == [("ADDED", "p2")]
+
+
 def test_timeout_seconds_ends_the_stream(core):
     """kmock's watch never ends; the client then needs a read timeout to get out."""
     t0 = time.monotonic()
