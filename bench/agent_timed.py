@@ -9,7 +9,9 @@ replaces `Agent.handle` with a timed call of the original before the agent start
 costs two `perf_counter()` calls and a list append (well under a microsecond).
 
 On SIGUSR2 the update-request durations recorded so far (seconds, JSON list) are written to
-`$CE_K8S_BENCH_TIMINGS` (atomically) and the record is cleared.
+`$CE_K8S_BENCH_TIMINGS` (atomically) and the record is cleared. After every full LIST of the
+pods, `$CE_K8S_BENCH_TIMINGS.relists` is rewritten with every LIST so far (`time.monotonic()`
+start and end, pods listed): the agent benchmark times the relist after a 410 Gone from it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,22 @@ def main() -> int:
             json.dump(taken, fh)
         os.replace(path + ".tmp", path)
 
+    from ce_k8s.agent import cache as cache_module
+
+    relists: list[dict[str, float]] = []
+    original_relist = cache_module.PodCache.relist
+
+    def timed_relist(self) -> None:
+        t0 = time.monotonic()
+        original_relist(self)
+        relists.append({"start": t0, "end": time.monotonic(), "pods": len(self.pods)})
+        path = os.environ["CE_K8S_BENCH_TIMINGS"] + ".relists"
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(relists, fh)
+        os.replace(path + ".tmp", path)
+
     agent_module.Agent.handle = timed_handle
+    cache_module.PodCache.relist = timed_relist
     signal.signal(signal.SIGUSR2, dump)
     return cli_main(["agent", *sys.argv[1:]])
 

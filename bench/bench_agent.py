@@ -2,6 +2,9 @@
 
     python bench/bench_agent.py [--pods N] [--hook-samples N] [--agent-rounds N] [--json]
 
+`bench/run.py` runs it twice: at 20,000 pods with every figure, and at 50,000 with one round and
+no hook samples (`agent_relist_50k_s`, `agent_relist_410_50k_s`, `agent_rss_50k_mb`, ...).
+
 Set-up, all real code between the two emulated boundaries:
 
 1. `ce_k8s.sim.router_testbed.TestBed`: API emulator + kubelet sim, the real `ce-k8s agent`
@@ -24,6 +27,9 @@ Then:
   rounds: the first touches every job once (the agent creates its per-job record), the
   reported one is the steady state after that.
 * `agent_rss_mb`: VmRSS of the agent process after those rounds.
+* `agent_relist_410_s`: the history compacted and the watch ended: time until the agent, told
+  410 Gone on resuming, holds a complete fresh LIST (`relist_after_gone`); then
+  `agent_rss_peak_mb`, the agent's VmHWM, which that relist sets (old and new cache at once).
 * `agent_update_us_p50/_p99`: the agent-side time of those same requests, measured **inside
   the request handler** of that agent process: `bench/agent_timed.py` runs `ce-k8s agent` with
   `Agent.handle` (the whole request path without the socket) wrapped in `perf_counter()`.
@@ -35,6 +41,7 @@ Then:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -134,6 +141,11 @@ class WarmAgent:
         self.bed.stop_agent()
         self.bed.server.call(self.bed.server.kubelet.stop)
         self._preload()
+        # The emulator's store (every pod a dict tree that never changes once stored) and the
+        # routed ads are this process's long-lived heap: out of the cyclic GC's reach, a full
+        # collection no longer pauses the emulator for a second in the middle of a LIST it
+        # serves (a Go API server has no such pause to model).
+        gc.freeze()
         progress("agent bench: restarting the agent; it lists every pod")
         t0 = time.perf_counter()
         self.bed.start_agent()
@@ -390,6 +402,43 @@ def hook_samples(warm: WarmAgent, samples: int) -> dict[str, float]:
     return out
 
 
+def relist_after_gone(warm: WarmAgent, timeout: float = 120.0) -> dict[str, float]:
+    """The agent's watch answered 410 Gone: time from the cut to a complete cache again.
+
+    The emulator compacts the pods' history (`Store.compact`, every version the agent holds is
+    now too old) and ends the open watches cleanly (`Store.end_watches`, as an API server
+    restart does); the agent resumes from its version, is told 410 Gone and relists. The agent
+    keeps answering from its previous cache meanwhile (docs/agent.md), so this is how long its
+    answers may be stale, not how long it is blind. Timed from just before the cut to the end of
+    the LIST, as `bench/agent_timed.py` records it (both `time.monotonic()`, one clock).
+    """
+    relists_path = Path(str(warm.bed.timings_path) + ".relists")
+    before = len(json.loads(relists_path.read_text())) if relists_path.exists() else 0
+    store = warm.bed.server.store
+
+    def cut() -> int:
+        store.compact("pods")
+        return store.end_watches("pods")
+
+    t0 = time.monotonic()
+    ended = warm.bed.server.call(cut)
+    deadline = t0 + timeout
+    while True:
+        done = json.loads(relists_path.read_text()) if relists_path.exists() else []
+        if len(done) > before:
+            last = done[-1]
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(f"the agent did not relist within {timeout:.0f} s of a 410 Gone")
+        time.sleep(0.02)
+    if last["pods"] < warm.target:
+        raise BenchError(f"the relist after 410 found {last['pods']} pods, {warm.target} expected")
+    took = last["end"] - t0
+    progress(f"agent bench: {ended} watch(es) ended on a compacted history; relisted {last['pods']} pods "
+             f"{took:.2f} s after the cut (LIST itself {last['end'] - last['start']:.2f} s)")
+    return {"agent_relist_410_s": round(took, 2)}
+
+
 def run(pods: int, hook_n: int, rounds: int) -> dict[str, float]:
     """All figures of this module from one warm agent."""
     with WarmAgent(pods) as warm:
@@ -397,19 +446,25 @@ def run(pods: int, hook_n: int, rounds: int) -> dict[str, float]:
         result.update(agent_rounds(warm, rounds))
         result["agent_rss_mb"] = round(proc_rss_mb(warm.agent_pid), 1)
         progress(f"agent bench: agent RSS {result['agent_rss_mb']} MB at {pods} pods")
-        result.update(hook_samples(warm, hook_n))
+        result.update(relist_after_gone(warm))
+        result["agent_rss_peak_mb"] = round(proc_rss_mb(warm.agent_pid, "VmHWM"), 1)
+        progress(f"agent bench: agent peak RSS {result['agent_rss_peak_mb']} MB (two caches during that relist)")
+        if hook_n:
+            result.update(hook_samples(warm, hook_n))
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=None, help="pods the agent holds (default 20,000 x scale)")
-    ap.add_argument("--hook-samples", type=int, default=None, help="hook/bare pairs (default 300 x scale)")
+    ap.add_argument("--hook-samples", type=int, default=None,
+                    help="hook/bare pairs (default 300 x scale; 0: no hook figures)")
     ap.add_argument("--agent-rounds", type=int, default=2, help="update rounds over every pod (default 2)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     exit_on_sigterm()
-    result = run(a.pods or scaled(20_000, 20), a.hook_samples or scaled(300, 10), max(1, a.agent_rounds))
+    hooks = scaled(300, 10) if a.hook_samples is None else max(0, a.hook_samples)
+    result = run(a.pods or scaled(20_000, 20), hooks, max(1, a.agent_rounds))
     print(json.dumps(result, sort_keys=True) if a.json else "\n".join(f"{k:40} {v}" for k, v in sorted(result.items())))
     return 0
 

@@ -116,12 +116,12 @@ def proc_children_cpu_s(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")   # fields 16 and 17 of stat(5)
 
 
-def proc_rss_mb(pid: int) -> float:
-    """Resident set size of a live process in MiB (VmRSS from /proc/<pid>/status)."""
+def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident set size of a live process in MiB (VmRSS from /proc/<pid>/status; `VmHWM`: its peak)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024.0
-    raise BenchError(f"no VmRSS for pid {pid}")
+    raise BenchError(f"no {field} for pid {pid}")
 
 
 def cores() -> int:

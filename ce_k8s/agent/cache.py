@@ -22,12 +22,13 @@ memory budget at 50,000 pods, and a plain `json.loads` of every field was half o
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
+import gc
 import logging
 import threading
 import time
 from collections.abc import Callable
 
+import msgspec
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s.agent import podschema
@@ -136,6 +137,20 @@ class PodCache:
     # -- LIST --------------------------------------------------------------------------------------
 
     def relist(self) -> None:
+        """Replace the cache with a fresh LIST (paged); see `_relist`. The cyclic GC is paused
+        meanwhile: a LIST allocates only acyclic objects (decoded pages, summaries), and at
+        50,000 pods the collections it triggered walked every job record of the agent again and
+        again (docs/performance.md "Fast relist"). Anything cyclic other threads drop meanwhile
+        waits for the next collection."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._relist()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _relist(self) -> None:
         """Replace the cache with a fresh LIST (paged).
 
         Each page is summarised as it arrives, so the full pod objects of only one page are in
@@ -170,6 +185,12 @@ class PodCache:
                 if not cont:
                     rv = meta.resource_version or ""
                     break
+                if self._stop.is_set():
+                    # Stopping mid-LIST: nothing of it is kept (the cache only ever holds a
+                    # complete LIST), and the next start lists again from the beginning.
+                    pending.cancel()
+                    log.info("%s", fields(event="relist-abandoned", pods_read=len(fresh)))
+                    return
         with self._lock:
             # Pods that vanished between two LISTs get no tombstone: their last state here may
             # predate an eviction we never saw, so their fate is unknown (status.py handles that).
@@ -289,7 +310,7 @@ class PodCache:
         seen = self.disrupted.get(info.name) if self.disrupted else None
         if seen is None or seen[0] != info.uid:      # another pod that reuses the name: no evidence
             return info
-        return dataclasses.replace(info, disruption=seen[1])
+        return msgspec.structs.replace(info, disruption=seen[1])
 
 
 def _newer(a: str, b: str) -> bool:

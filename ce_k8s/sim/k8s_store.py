@@ -291,6 +291,14 @@ class Store:
             self._compacted[resource] = rv
         return rv
 
+    def end_watches(self, resource: str) -> int:
+        """End every open watch of ``resource`` cleanly, as a restarting API server does; the
+        clients resume from the last version they saw. Returns how many were ended."""
+        watchers = list(self._watchers.get(resource, ()))
+        for w in watchers:
+            w.queue.put_nowait(None)
+        return len(watchers)
+
     # ---- watch -------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[str, WatchEvent], None]) -> None:
         """Call ``fn(resource, event)`` after every write (loop thread). It must not write back

@@ -26,6 +26,9 @@ FIGURES = (
     "pipeline_efficiency", "info_ms",
     # issue 19: `ce-k8s route` on one pilot, embedded default and stock CE
     "route_ms_default_p50", "route_ms_stock_ce_p50", "route_ms_stock_ce_nocmd_p50", "route_stock_ce_ratio",
+    # issue 17: ready after a start and after a 410 Gone, at 20,000 and 50,000 pods, and the memory
+    "agent_relist_s", "agent_relist_410_s", "agent_rss_peak_mb",
+    "agent_relist_50k_s", "agent_relist_410_50k_s", "agent_rss_50k_mb", "agent_rss_peak_50k_mb",
 )
 
 

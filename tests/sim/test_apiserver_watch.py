@@ -114,6 +114,20 @@ def test_a_compaction_makes_every_held_version_too_old(core, api_only, pod_body)
     assert [e[:2] for e in events] == [("ADDED", "p2")]
 
 
+def test_end_watches_ends_open_streams_cleanly(core, api_only, pod_body):
+    """`Store.end_watches`: what an API server restart does to a watch; the client sees the
+    stream end (no error) well before its timeoutSeconds."""
+    events, t = collect(core, timeout_seconds=30)
+    api_only.wait_for(lambda: api_only.call(api_only.store.watcher_count) == 1)
+    core.create_namespaced_pod("default", pod_body("p1"))
+    api_only.wait_for(lambda: events)
+    t0 = time.monotonic()
+    assert api_only.call(api_only.store.end_watches, "pods") == 1
+    t.join(20)
+    assert not t.is_alive() and time.monotonic() - t0 < 20
+    assert [e[:2] for e in events] == [("ADDED", "p1")]
+
+
 def test_timeout_seconds_ends_the_stream(core):
     """kmock's watch never ends; the client then needs a read timeout to get out."""
     t0 = time.monotonic()
