@@ -2,8 +2,10 @@
 
     python bench/bench_agent.py [--pods N] [--hook-samples N] [--agent-rounds N] [--json]
 
-`bench/run.py` runs it twice: at 20,000 pods with every figure, and at 50,000 with one round and
-no hook samples (`agent_relist_50k_s`, `agent_relist_410_50k_s`, `agent_rss_50k_mb`, ...).
+`bench/run.py` runs it three times: at 20,000 pods with every figure, at 50,000 with one round and
+no hook samples (`agent_relist_50k_s`, `agent_relist_410_50k_s`, `agent_rss_50k_mb`, ...), and at
+5,000 with one whole poll of update hooks; each run adds the steady-state figures of its size
+(`--steady`, bench/steady.py: `steady_cost_ratio_5k/_20k/_50k`).
 
 Set-up, all real code between the two emulated boundaries:
 
@@ -439,7 +441,7 @@ def relist_after_gone(warm: WarmAgent, timeout: float = 120.0) -> dict[str, floa
     return {"agent_relist_410_s": round(took, 2)}
 
 
-def run(pods: int, hook_n: int, rounds: int) -> dict[str, float]:
+def run(pods: int, hook_n: int, rounds: int, steady_pairs: int = 0, poll_check: bool = False) -> dict[str, float]:
     """All figures of this module from one warm agent."""
     with WarmAgent(pods) as warm:
         result: dict[str, float] = {"agent_pods": pods, "agent_relist_s": round(warm.relist_s, 2)}
@@ -451,6 +453,12 @@ def run(pods: int, hook_n: int, rounds: int) -> dict[str, float]:
         progress(f"agent bench: agent peak RSS {result['agent_rss_peak_mb']} MB (two caches during that relist)")
         if hook_n:
             result.update(hook_samples(warm, hook_n))
+        if steady_pairs:
+            import steady
+
+            label = f"{pods // 1000}k" if pods % 1000 == 0 else str(pods)
+            got = steady.measure(warm, pods, pairs=steady_pairs, updates=5000, idle_s=5.0, poll_check=poll_check)
+            result.update({f"{k}_{label}": v for k, v in got.items()})
     return result
 
 
@@ -460,11 +468,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hook-samples", type=int, default=None,
                     help="hook/bare pairs (default 300 x scale; 0: no hook figures)")
     ap.add_argument("--agent-rounds", type=int, default=2, help="update rounds over every pod (default 2)")
+    ap.add_argument("--steady", type=int, default=0, metavar="PAIRS",
+                    help="also the steady-state figures (bench/steady.py), from PAIRS hook/bare pairs")
+    ap.add_argument("--poll-check", action="store_true",
+                    help="with --steady: run one whole poll of update hooks and check the formula on it")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     exit_on_sigterm()
     hooks = scaled(300, 10) if a.hook_samples is None else max(0, a.hook_samples)
-    result = run(a.pods or scaled(20_000, 20), hooks, max(1, a.agent_rounds))
+    result = run(a.pods or scaled(20_000, 20), hooks, max(1, a.agent_rounds), max(0, a.steady), a.poll_check)
     print(json.dumps(result, sort_keys=True) if a.json else "\n".join(f"{k:40} {v}" for k, v in sorted(result.items())))
     return 0
 

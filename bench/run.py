@@ -14,6 +14,9 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 |          |                           | agent_relist_410_s, agent_rss_peak_mb (20,000 pods)            |
 | agent-50k| bench_agent.py --pods 50000 | agent_relist_50k_s, agent_relist_410_50k_s, agent_rss_50k_mb,|
 |          |                           | agent_rss_peak_50k_mb, agent_update_50k_us_p99                 |
+| agent-5k | bench_agent.py --pods 5000 --poll-check | one whole poll of update hooks (full run only)    |
+|          |                           | each agent run adds steady_*_<size> (bench/steady.py);         |
+|          |                           | steady_cost_ratio is the worst size's                          |
 | pipeline | bench/bench_pipeline.py   | pipeline_pilots_per_s, api_calls_per_pilot,                    |
 |          |                           | hook_spawns_per_pilot, python_bare_cpu_s, pipeline_efficiency  |
 |          |                           | (a factory keeping 500 pilots at the CE)                       |
@@ -69,6 +72,7 @@ TARGETS = (
     ("agent_relist_410_50k_s", "<=", 5.0),
     ("agent_rss_50k_mb", "<=", 300.0),
     ("agent_rss_peak_50k_mb", "<=", 300.0),
+    ("steady_cost_ratio", "<=", 1.05),           # issue 17: keeping N pilots, against the bare-start floor
 )
 
 
@@ -77,25 +81,31 @@ def plan(quick: bool) -> dict[str, list[str]]:
     pilots = str(scaled(400 if quick else 2000, 10))
     steps = {
         "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 400, 5)),
-                  "--agent-rounds", "2"],
+                  "--agent-rounds", "2", "--steady", str(scaled(40 if quick else 100, 5))],
         "pipeline": ["--pilots", pilots],
         "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
                  "--repeat", "1" if quick else "3"],
         "route": ["--samples", str(scaled(10 if quick else 30, 3))],
     }
-    steps["agent-50k"] = ["--pods", str(scaled(50_000, 50)), "--hook-samples", "0", "--agent-rounds", "1"]
+    steps["agent-50k"] = ["--pods", str(scaled(50_000, 50)), "--hook-samples", "0", "--agent-rounds", "1",
+                          "--steady", str(scaled(40, 5))]
+    if not quick:    # one whole poll of 5,000 update hooks: the steady-state formula checked directly
+        steps["agent-5k"] = ["--pods", str(scaled(5_000, 10)), "--hook-samples", "0", "--agent-rounds", "1",
+                             "--steady", str(scaled(60, 5)), "--poll-check"]
     if not quick:    # the same pilots handed over in one burst: figures prefixed burst_
         steps["pipeline-burst"] = ["--pilots", pilots, "--depth", "0"]
     return steps
 
 
-SCRIPTS = {"agent": "bench_agent.py", "agent-50k": "bench_agent.py", "pipeline": "bench_pipeline.py",
+SCRIPTS = {"agent": "bench_agent.py", "agent-50k": "bench_agent.py", "agent-5k": "bench_agent.py",
+           "pipeline": "bench_pipeline.py",
            "pipeline-burst": "bench_pipeline.py", "info": "bench_info.py", "route": "bench_route.py"}
 PREFIX = {"pipeline-burst": "burst_"}
 # Figures renamed rather than prefixed: the 50,000-pod agent run keeps only what its size adds.
 RENAME = {"agent-50k": {"agent_relist_s": "agent_relist_50k_s", "agent_relist_410_s": "agent_relist_410_50k_s",
                         "agent_rss_mb": "agent_rss_50k_mb", "agent_rss_peak_mb": "agent_rss_peak_50k_mb",
-                        "agent_update_us_p99": "agent_update_50k_us_p99"}}
+                        "agent_update_us_p99": "agent_update_50k_us_p99"},
+          "agent-5k": {}}
 _CURRENT: list[subprocess.Popen] = []     # the benchmark process running now, for SIGTERM
 
 
@@ -157,12 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             got = run_one(name, args)
-            if name in RENAME:
-                got = {RENAME[name][k]: v for k, v in got.items() if k in RENAME[name]}
+            if name in RENAME:      # the smaller and larger agent runs keep what their size adds
+                renames = RENAME[name]
+                got = {renames.get(k, k): v for k, v in got.items() if k in renames or k.startswith("steady_")}
             figures.update({PREFIX.get(name, "") + k: v for k, v in got.items()})
         except Exception as exc:          # keep going: the other figures are still worth printing
             progress(f"run: {name} FAILED: {exc}")
             failed.append(name)
+    ratios = [v for k, v in figures.items() if k.startswith("steady_cost_ratio_")]
+    if ratios:      # the worst size is the figure the target is about
+        figures["steady_cost_ratio"] = max(ratios)
     figures["loadavg_1min_end"] = round(os.getloadavg()[0], 2)
     figures["bench_wall_s"] = round(time.monotonic() - t0, 1)
     figures.update(verdicts(figures))

@@ -29,6 +29,7 @@ FIGURES = (
     # issue 17: ready after a start and after a 410 Gone, at 20,000 and 50,000 pods, and the memory
     "agent_relist_s", "agent_relist_410_s", "agent_rss_peak_mb",
     "agent_relist_50k_s", "agent_relist_410_50k_s", "agent_rss_50k_mb", "agent_rss_peak_50k_mb",
+    "steady_cost_ratio",
 )
 
 
@@ -62,6 +63,13 @@ def test_quick_run_reports_every_figure_as_a_number():
     limit = figures["cores"] / (figures["hook_spawns_per_pilot"] * figures["python_bare_cpu_s"])
     assert math.isclose(figures["pipeline_efficiency"], figures["pipeline_pilots_per_s"] / limit, rel_tol=0.05,
                         abs_tol=0.002)
+    # The steady-state ratio is the worst of the sizes measured, each built from its own terms.
+    sizes = [k for k in figures if k.startswith("steady_cost_ratio_")]
+    assert len(sizes) == 2 and figures["steady_cost_ratio"] == max(figures[k] for k in sizes)
+    for key in sizes:
+        label = key.removeprefix("steady_cost_ratio_")
+        assert math.isclose(figures[key], figures[f"steady_cpu_s_per_pilot_hour_{label}"]
+                            / figures[f"steady_floor_cpu_s_per_pilot_hour_{label}"], rel_tol=0.01)
     # Every pilot needs at least translate + one update + finalize + cleanup (docs/hook-protocol.md §2.1).
     assert figures["hook_spawns_per_pilot"] >= 4
     assert "[bench" in stderr, "progress lines go to stderr"
