@@ -63,7 +63,9 @@ TARGETS = (
     ("agent_rss_mb", "<=", 300.0),
     ("pipeline_pilots_per_s", ">=", 25.0),
     ("pipeline_efficiency", ">=", 0.5),
-    ("api_calls_per_pilot", "<=", 4.0),
+    # Issue 7's budget of 4 is the pilot's own calls; issue 15 (later) adds one Summary API read per
+    # pod end for accounting, so the total is reported and the budget applies to the lifecycle.
+    ("api_calls_per_pilot_lifecycle", "<=", 4.0),
     ("info_ms", "<=", 1000.0),
     ("route_ms_stock_ce_p50", "<=", 500.0),      # issue 19: a dry run on a stock CE, commands run
     ("agent_relist_s", "<=", 2.0),               # issue 17: ready after a start, 20,000 pods

@@ -23,7 +23,7 @@ FIGURES = (
     "python_bare_ms_p50", "hook_update_ms_p50", "hook_update_ms_p99", "hook_overhead_ratio",
     "agent_update_us_p50", "agent_update_us_p99", "agent_rss_mb",
     "pipeline_pilots_per_s", "api_calls_per_pilot", "hook_spawns_per_pilot", "python_bare_cpu_s",
-    "pipeline_efficiency", "info_ms",
+    "pipeline_efficiency", "info_ms", "api_calls_per_pilot_lifecycle",
     # issue 19: `ce-k8s route` on one pilot, embedded default and stock CE
     "route_ms_default_p50", "route_ms_stock_ce_p50", "route_ms_stock_ce_nocmd_p50", "route_stock_ce_ratio",
     # issue 17: ready after a start and after a 410 Gone, at 20,000 and 50,000 pods, and the memory
