@@ -18,6 +18,9 @@ Figures:
   pilot finishing (ramp-up and drain included: the conservative reading of "sustained").
 * `pipeline_depth`, `pipeline_feed_end_s`: the factory's depth and when it submitted its last
   pilot (after that the queue only drains).
+* `pipeline_sustained_pilots_per_s`, `pipeline_sustained_efficiency`: the same, counted only
+  while the CE is fed and past its ramp (from a tenth of the pilots finished to the last
+  submission, `sustained_rate`): what `--quick`'s shorter run can show as well as the full one.
 * `hook_spawns_per_pilot`: hook processes the router started, per pilot.
 * `api_calls_per_pilot`: API requests counted by the emulator after set-up, per pilot (every
   verb, including the agent's LIST/WATCH and the finalize hook's log reads);
@@ -128,10 +131,12 @@ class _Marks:
         self.stall_s = stall_s
         self.done = 0
         self.last_change = self.t0
+        self.series: list[tuple[float, int]] = []      # (seconds since t0, pilots finished), every tick
 
     def __call__(self, bed) -> None:
         now = time.monotonic()
         done = sum(1 for o in bed.outcomes.values() if o.status != "queued")
+        self.series.append((now - self.t0, done))
         if done != self.done:
             self.done, self.last_change = done, now
         elif done and now - self.last_change > self.stall_s:   # the first wave may take minutes
@@ -182,6 +187,29 @@ class Factory:
             self.top_up()
             progress(self.bed)
         return not self.bed.pending() and self.next == len(self.work)
+
+
+def sustained_rate(series: list[tuple[float, int]], pilots: int, feed_end_s: float | None,
+                   min_window_s: float = 10.0) -> tuple[float, float, float] | None:
+    """Pilots finished per second while the CE was fed and past its ramp: (rate, start, end).
+
+    The window opens when a tenth of the pilots have finished (the first wave's pods have run
+    their course and the pipeline is full) and closes when the factory submits its last pilot
+    (after that the queue only drains). None when that window is shorter than `min_window_s`
+    (a run too short, or a burst with no feed): then only the whole-run rate means anything.
+    """
+    if feed_end_s is None:
+        return None
+    start = next(((t, d) for t, d in series if d * 10 >= pilots), None)
+    if start is None:
+        return None
+    before_end = [(t, d) for t, d in series if t <= feed_end_s]
+    if not before_end:
+        return None
+    end = before_end[-1]
+    if end[0] - start[0] < min_window_s:
+        return None
+    return (end[1] - start[1]) / (end[0] - start[0]), start[0], end[0]
 
 
 def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: float = 900.0,
@@ -304,6 +332,14 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
     if api_process:   # the split of the emulators' figure: this process (router, factory) and the other
         result["cpu_ms_per_pilot_router_process"] = round(router_cpu / pilots * 1e3, 1)
         result["cpu_ms_per_pilot_api_kubelet_process"] = round(api_cpu / pilots * 1e3, 1)
+    window = sustained_rate(marks.series, pilots, factory.feed_end_s) if factory.depth < pilots else None
+    if window is not None:
+        sustained, w0, w1 = window
+        result["pipeline_sustained_pilots_per_s"] = round(sustained, 2)
+        result["pipeline_sustained_efficiency"] = round(sustained / limit, 3)
+        result["pipeline_sustained_window_s"] = round(w1 - w0, 1)
+        progress(f"pipeline: sustained {sustained:.2f} pilots/s from {w0:.0f} s to {w1:.0f} s "
+                 f"(efficiency {sustained / limit:.3f})")
     for hook, n in sorted(summary["hook_calls"].items()):
         result[f"hook_spawns_per_pilot_{hook.lower()}"] = round(n / pilots, 2)
         result[f"hook_wall_ms_mean_{hook.lower()}"] = round(summary["hook_seconds"].get(hook, 0.0) / n * 1e3, 1)
