@@ -121,6 +121,26 @@ def _timed_testbed(base):
     return TimedTestBed
 
 
+def route_until_running(bed, pilots: list, timeout: float = 90.0) -> list[str]:
+    """Submit `pilots`, tick the test bed until every one's routed job shows a running pod, then
+    three more polls so each routed ad carries what the agent reported for it; their job ids."""
+    from ce_k8s.sim.schedd import eval_str
+
+    jobs = bed.submit(pilots)
+    deadline = time.monotonic() + timeout
+    while True:
+        bed.tick(0.3)
+        done = [j for j in jobs if (rj := bed.router.jobs.get(j)) is not None and rj.dest_key
+                and eval_str(bed.schedd.get(rj.dest_key), "K8sPodPhase") == "Running"]
+        if len(done) == len(jobs):
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(f"only {len(done)} of {len(jobs)} template pilots reached Running in {timeout:.0f} s")
+    for _ in range(3):
+        bed.tick(0.3)
+    return jobs
+
+
 class WarmAgent:
     """A TestBed whose agent holds `pods` pods; see the module docstring for how it is built."""
 
@@ -191,23 +211,7 @@ class WarmAgent:
 
         bed = self.bed
         pilots = [make_pilot(i, shape, run_s=TEMPLATE_RUN_S) for i, (shape, _w) in enumerate(SHAPES)]
-        jobs = bed.submit(pilots)
-        deadline = time.monotonic() + 90
-        while True:
-            bed.tick(0.3)
-            routed = {}
-            for job in jobs:
-                rj = bed.router.jobs.get(job)
-                ad = bed.schedd.get(rj.dest_key) if rj is not None and rj.dest_key else None
-                if ad is not None and eval_str(ad, "K8sPodPhase") == "Running":
-                    routed[job] = ad
-            if len(routed) == len(jobs):
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"only {len(routed)} of {len(jobs)} template pilots reached Running in 90 s")
-        # One more round trip so each routed ad carries what the agent reported for the running pod.
-        for _ in range(3):
-            bed.tick(0.3)
+        jobs = route_until_running(bed, pilots)
         for job, pilot in zip(jobs, pilots, strict=True):
             rj = bed.router.jobs[job]
             ad = bed.schedd.get(rj.dest_key)

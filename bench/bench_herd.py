@@ -100,24 +100,14 @@ class Herd:
             self.bed.close()
 
     def _route_templates(self) -> None:
+        from bench_agent import route_until_running
+
         from ce_k8s.sim.pilots import SHAPES, make_pilot
         from ce_k8s.sim.schedd import copy_ad, eval_str
 
         bed = self.bed
         pilots = [make_pilot(i, shape, run_s=TEMPLATE_RUN_S) for i, (shape, _w) in enumerate(SHAPES)]
-        jobs = bed.submit(pilots)
-        deadline = time.monotonic() + 90
-        while True:
-            bed.tick(0.3)
-            done = [j for j in jobs if (rj := bed.router.jobs.get(j)) is not None and rj.dest_key
-                    and eval_str(bed.schedd.get(rj.dest_key), "K8sPodPhase") == "Running"]
-            if len(done) == len(jobs):
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"only {len(done)} of {len(jobs)} template pilots reached Running in 90 s")
-        for _ in range(3):                 # the routed ads carry what the agent said of the running pods
-            bed.tick(0.3)
-        for job in jobs:
+        for job in route_until_running(bed, pilots):
             rj = bed.router.jobs[job]
             dest = bed.schedd.get(rj.dest_key)
             pod = bed.server.store.get("pods", eval_str(dest, "K8sPodNamespace"), eval_str(dest, "K8sPodName"))

@@ -1023,10 +1023,9 @@ class Api:
             objs = [o for o in self.store.peek_list(resource, ns) if pred is None or pred(o)]
             keyed = sorted((((str(meta_of(o).get("namespace") or ""), str(meta_of(o)["name"])), o) for o in objs),
                            key=_first) if objs else []
-            first = bisect.bisect_right(keyed, start, key=_first) if start is not None else 0
         else:
             self._pages.move_to_end(snap_key)
-            first = bisect.bisect_right(keyed, start, key=_first)
+        first = bisect.bisect_right(keyed, start, key=_first) if start is not None else 0
         list_meta: dict[str, object] = {"resourceVersion": str(rv)}
         end = len(keyed)
         if limit and limit > 0 and end - first > limit:
