@@ -99,3 +99,40 @@ def test_an_agent_stopped_mid_relist_leaves_nothing_behind_and_its_successor_ser
     finally:
         third.stop()
 
+
+
+def test_an_expired_continue_token_restarts_the_list_and_keeps_no_page_of_the_first_try():
+    """410 on a continuation (the server dropped the LIST's snapshot): the agent lists again from
+    the first page, with the next page asked for before the current one is read (prefetch), and
+    keeps exactly one copy of every pod."""
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    from ce_k8s.agent.cache import PodCache
+
+    def page(names, cont, rv="7"):
+        return json.dumps({"metadata": {"resourceVersion": rv, **({"continue": cont} if cont else {})},
+                           "items": [{"metadata": {"name": n, "uid": f"u-{n}"}} for n in names]}).encode()
+
+    class Paged:
+        def __init__(self):
+            self.asked: list[str | None] = []
+            self.expired = False
+
+        def list_pod_for_all_namespaces(self, **kw):
+            cont = kw.get("_continue")
+            self.asked.append(cont)
+            if cont == "t1" and not self.expired:
+                self.expired = True
+                raise ApiException(status=410, reason="Expired")
+
+            class R:
+                data = {None: page(["a", "b"], "t1"), "t1": page(["c"], "t2"), "t2": page(["d"], None)}[cont]
+            return R()
+
+    api = Paged()
+    cache = PodCache(api, "x")
+    cache.relist()
+    assert sorted(cache.pods) == ["a", "b", "c", "d"] and cache.ready.is_set() and cache.resource_version == "7"
+    assert api.asked == [None, "t1", None, "t1", "t2"]
