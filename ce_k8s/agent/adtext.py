@@ -31,15 +31,37 @@ WANTED = frozenset({
 MAX_STRING = 1024
 
 
+# Per wanted-set memo of raw attribute names (as sPrintAd wrote them) -> lower-case wanted name or
+# None. A CE's ads repeat the same few hundred spellings, so after the first ads every line costs
+# one partition and one dict look-up instead of strip + lower + a set test (issue 17: the update
+# path is paid once per routed job per poll). Bounded, so forged ads cannot grow it for ever.
+_CANONICAL: dict[frozenset[str], dict[str, str | None]] = {}
+_CANONICAL_MAX = 4096
+_UNSEEN = object()
+
+
 def scan(text: str, wanted: frozenset[str] = WANTED) -> dict[str, str]:
-    """Raw right-hand sides of the wanted attributes, keyed by lower-case name (last one wins)."""
+    """Raw right-hand sides of the wanted attributes, keyed by lower-case name (last one wins).
+
+    A line counts when it has ` = ` after a non-empty name: the name is what precedes the first
+    ` = `, stripped and lower-cased; the value is the rest of the line, stripped.
+    """
+    canonical = _CANONICAL.get(wanted)
+    if canonical is None:
+        canonical = _CANONICAL.setdefault(wanted, {})
     found: dict[str, str] = {}
     for line in text.split("\n"):
-        i = line.find(" = ")
-        if i > 0:
-            key = line[:i].strip().lower()
-            if key in wanted:
-                found[key] = line[i + 3:].strip()
+        raw, sep, value = line.partition(" = ")
+        if not sep or not raw:
+            continue
+        name = canonical.get(raw, _UNSEEN)
+        if name is _UNSEEN:
+            low = raw.strip().lower()
+            name = low if low in wanted else None
+            if len(canonical) < _CANONICAL_MAX:
+                canonical[raw] = name
+        if name is not None:
+            found[name] = value.strip()
     return found
 
 

@@ -14,7 +14,9 @@ are Kubernetes jobs, docs/routes.md) as defaults; `CE_K8S_SOCKET` / `CE_K8S_HOOK
 The installer compiles the hook modules' bytecode (`__pycache__/*.pyc`) for its own interpreter:
 hooks run as the pilot accounts, which cannot write `__pycache__`, so a missing or stale `.pyc`
 (an editable install, say) would be compiled from source in every hook process, about a
-millisecond each time.
+millisecond each time. Beside them it writes one image per launcher (`ce_k8s.agent.hookimage`):
+the launcher executes its modules from that one file, and falls back to the normal import when
+the image is missing, stale or for another interpreter.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import os
 import sys
 
+from ce_k8s.agent import hookimage
 from ce_k8s.protocol import DEFAULT_GRID_RESOURCE
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,16 @@ TEMPLATE = """#!{python} -IS
 # Written by `ce-k8s agent --install-hooks`; the router calls it with no arguments.
 import sys
 sys.path.insert(0, {root!r})
+try:  # this hook's modules, precompiled into one file (ce_k8s/agent/hookimage.py); else a normal import
+    import marshal
+    import posix
+    _fd = posix.open({image!r} + sys.implementation.cache_tag + ".image", posix.O_RDONLY)
+    _image = posix.read(_fd, posix.fstat(_fd).st_size)
+    posix.close(_fd)
+    if _image[:4] == sys.modules["_frozen_importlib_external"].MAGIC_NUMBER:
+        exec(*marshal.loads(_image[4:]))
+except (OSError, ValueError, EOFError, TypeError):
+    pass
 from ce_k8s import protocol
 protocol.DEFAULT_SOCKET = {socket!r}
 protocol.DEFAULT_HOOK_TIMEOUT = {timeout!r}
@@ -54,6 +67,7 @@ from {module} import main
 from ce_k8s.hooks._common import exit_now
 exit_now(main())
 """
+
 
 def package_root() -> str:
     """The directory that contains the `ce_k8s` package (source tree or site-packages)."""
@@ -127,13 +141,18 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     if os.stat(directory).st_mode & 0o002:
         raise PermissionError(f"{directory} is world-writable; the job router would ignore hooks in it")
     python = python or sys.executable
-    compile_hook_modules()
+    root = package_dir or package_root()
+    build_root = _local_root(root)
+    compile_hook_modules(build_root)
     paths = []
+    extensions = _extensions(python)
     for name, module in HOOKS.items():
+        _write_image(build_root, name, module, extensions)
         path = os.path.join(directory, name)
-        text = TEMPLATE.format(python=python, root=package_dir or package_root(), socket=socket_path,
+        text = TEMPLATE.format(python=python, root=root, socket=socket_path,
                                timeout=float(hook_timeout), module=module, spool=spool,
-                               grid_resource=grid_resource or DEFAULT_GRID_RESOURCE)
+                               grid_resource=grid_resource or DEFAULT_GRID_RESOURCE,
+                               image=f"{root}/{hookimage.IMAGE_DIR}/{name}.")
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -141,3 +160,30 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
         os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def _local_root(root: str) -> str:
+    """Where the `.pyc` and images are written: `root` when it holds the hook sources here (a staged
+    copy), else this installation (the real-HTCondor test bed mounts it at `root` inside a chroot)."""
+    if os.path.isfile(os.path.join(root, "ce_k8s", "hooks", "update.py")):
+        return root
+    return package_root()
+
+
+def _extensions(python: str) -> dict[str, str]:
+    """The extension modules the hooks import lazily, with this interpreter's files, when the
+    launchers run this interpreter (another one has its own files, and may not read ours)."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return {}
+    import _socket
+
+    origin = getattr(_socket, "__file__", None)        # None when built into the interpreter
+    return {"_socket": os.path.abspath(origin)} if origin else {}
+
+
+def _write_image(root: str, name: str, module: str, extensions: dict[str, str]) -> None:
+    """The image of one launcher; a failure (read-only tree) is logged and only costs speed."""
+    try:
+        hookimage.write(root, name, ["ce_k8s.protocol", "ce_k8s.hooks._common", module], extensions)
+    except (OSError, SyntaxError) as exc:
+        log.warning("could not write the hook image of %s under %s: %s", name, root, exc)

@@ -227,3 +227,41 @@ def test_quote_fast_path_is_the_same_literal(text):
     """The update reply's strings (hook-protocol.md §2.1, §8: one line, `"` escaped, no backslash) come out
     exactly as before the fast path for printable text."""
     assert adtext.quote(text) == _old_quote(text)
+
+
+def _old_scan(text: str, wanted: frozenset[str]) -> dict[str, str]:
+    """adtext.scan before its memo of attribute spellings (the reference)."""
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        i = line.find(" = ")
+        if i > 0:
+            key = line[:i].strip().lower()
+            if key in wanted:
+                found[key] = line[i + 3:].strip()
+    return found
+
+
+_NAMES = st.sampled_from(["Owner", "owner", " OWNER", "ClusterId\t", "K8sPodName", "Other", "", " ", "x = y",
+                          "JobStatus", "jobstatus ", "\u2028Owner", "Own\u00e9r"])
+_LINES = st.tuples(_NAMES, st.sampled_from([" = ", "=", " =", " == ", ""]),
+                   st.text(alphabet=st.sampled_from(['1', '"', " ", "=", "\t", "\r", "x"]), max_size=8))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_LINES, max_size=12), st.booleans())
+def test_scan_with_its_memo_reads_what_the_plain_scan_reads(lines, small_set):
+    """The update path's attribute scan (issue 17: a memo of raw spellings) finds the same values
+    as the line-by-line scan it replaced, for odd spellings, spacing and repeated names, whichever
+    wanted set and however often a spelling was seen before."""
+    text = "\n".join(name + sep + value for name, sep, value in lines)
+    wanted = frozenset({"owner", "jobstatus"}) if small_set else adtext.WANTED
+    assert adtext.scan(text, wanted) == _old_scan(text, wanted)
+    assert adtext.scan(text, wanted) == _old_scan(text, wanted)       # again, from the memo
+
+
+def test_scan_memo_is_bounded():
+    """Forged ads with endless new attribute names cannot grow the agent's memo without limit."""
+    wanted = frozenset({"owner"})
+    for i in range(adtext._CANONICAL_MAX + 100):
+        assert adtext.scan(f"Attr{i} = 1\nOwner = \"u\"", wanted) == {"owner": '"u"'}
+    assert len(adtext._CANONICAL[wanted]) == adtext._CANONICAL_MAX
