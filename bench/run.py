@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.only and name not in a.only:
             continue
         try:
+            t_step = time.monotonic()
             got = run_one(name, args)
+            figures[f"bench_step_{name}_s"] = round(time.monotonic() - t_step, 1)
             if name in RENAME:      # the smaller and larger agent runs keep what their size adds
                 renames = RENAME[name]
                 got = {renames.get(k, k): v for k, v in got.items() if k in renames or k.startswith("steady_")}
