@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from functools import lru_cache
 
@@ -163,14 +163,23 @@ def pod_resources(spec: Mapping[str, object], where: str = "spec") -> tuple[dict
 
 
 def _app_only(containers: object) -> tuple[dict[str, int], dict[str, int]]:
-    req: dict[str, int] = {}
-    lim: dict[str, int] = {}
+    pairs = []
     for c in containers:  # type: ignore[union-attr]
         res = c.get("resources")
-        if not res:
-            continue
-        requests = res.get("requests") or {}
-        limits = res.get("limits")
+        if res:
+            pairs.append((res.get("requests"), res.get("limits")))
+    return app_resources(pairs)
+
+
+def app_resources(pairs: Iterable[tuple[Mapping[str, object] | None, Mapping[str, object] | None]]
+                  ) -> tuple[dict[str, int], dict[str, int]]:
+    """Summed (requests, limits) of app containers given as (requests, limits) pairs (None = unset),
+    with the API's defaulting (a resource with only a limit is requested at that limit). Shared by
+    the dict path above and the typed one (`ce_k8s.info.listschema`)."""
+    req: dict[str, int] = {}
+    lim: dict[str, int] = {}
+    for requests, limits in pairs:
+        requests = requests or {}
         for k, v in requests.items():
             req[k] = req.get(k, 0) + (_units_cached(k, v) if type(v) is str else resource_units(k, v))
         if limits:

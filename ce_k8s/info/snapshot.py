@@ -266,6 +266,38 @@ def decode_json(data: bytes) -> object:
         return json.loads(data)
 
 
+def typed_snapshot(data: bytes, source: str, taken_at: float | None = None) -> ClusterSnapshot | None:
+    """The snapshot of a List read through `ce_k8s.info.listschema`'s types, or None when the
+    document does not fit them or an object in it is malformed: the caller then decodes it
+    generically and gets the same snapshot, or the located error. Pods with app containers only
+    are read by attribute; every other object goes through the generic converter, built from the
+    fields the types keep."""
+    from ce_k8s.info import listschema
+
+    doc = listschema.decode_list(data)
+    if doc is None or doc.items is None:
+        return None
+    kind = doc.kind or ""
+    default_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else None
+    snap = ClusterSnapshot(nodes=[], pods=[], quotas=[], source=source, taken_at=taken_at)
+    try:
+        for i, item in enumerate(doc.items):
+            item_kind = item.kind or default_kind
+            if item_kind == "Pod":
+                if listschema.is_finished(item):
+                    continue
+                pod = listschema.simple_pod(item, Pod)
+                snap.pods.append(pod if pod is not None
+                                 else pod_from_object(listschema.as_object(item), "items[%d]" % i))  # noqa: UP031
+            elif item_kind == "Node":
+                snap.nodes.append(node_from_object(listschema.as_object(item), "items[%d]" % i))  # noqa: UP031
+            elif item_kind == "ResourceQuota":
+                snap.quotas.append(quota_from_object(listschema.as_object(item), "items[%d]" % i))  # noqa: UP031
+    except (QuantityError, ValueError, TypeError, AttributeError):
+        return None
+    return snap
+
+
 def load_snapshot_file(path: str | os.PathLike[str]) -> ClusterSnapshot:
     """Read a ``kubectl get nodes,pods,resourcequotas -A -o json`` dump."""
     p = Path(path)
@@ -277,6 +309,9 @@ def load_snapshot_file(path: str | os.PathLike[str]) -> ClusterSnapshot:
             data = fh.read()
     except OSError as exc:
         raise SnapshotError(str(p), exc.strerror or str(exc)) from None
+    snap = typed_snapshot(data, str(p))
+    if snap is not None:
+        return snap
     try:
         doc = decode_json(data)
     except json.JSONDecodeError as exc:

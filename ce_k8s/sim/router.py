@@ -405,13 +405,17 @@ class Router:
             del known[best[1]]
         return True
 
-    def _spawn(self, job: RouterJob, hook: str, path: str, key: str, stdin: bytes) -> int:
-        """hookXxx(): 1 = spawned or already running, -1 = spawn failed (retry next poll)."""
+    def _spawn(self, job: RouterJob, hook: str, path: str, key: str, stdin: Callable[[], bytes]) -> int:
+        """hookXxx(): 1 = spawned or already running, -1 = spawn failed (retry next poll).
+
+        The hook's stdin is printed only once the hook is known not to be running for this key, as
+        the router does (JobRouterHookMgr.cpp hookUpdateJobInfo: checkHookKnown, then sPrintAd):
+        in a poll after a restart most routed jobs still have their update hook queued."""
         if self._hook_known(key, hook):
             log.debug("%s retried while still waiting for the hook to return for key %s - ignoring",
                       hook, key)
             return 1
-        call = HookCall(hook=hook, key=key, argv=[path], stdin=stdin, poll=self.poll_count,
+        call = HookCall(hook=hook, key=key, argv=[path], stdin=stdin(), poll=self.poll_count,
                         src_key=job.src_key, job=job)
         try:
             self.runner.spawn(call, self._env)
@@ -707,7 +711,7 @@ class Router:
         path = self.rc.hook_path(job.src_ad, HOOK_TRANSLATE)
         if path:
             line = route.route_info_line()
-            self._spawn(job, HOOK_TRANSLATE, path, job.src_key, wire.translate_stdin(line, job.src_ad))
+            self._spawn(job, HOOK_TRANSLATE, path, job.src_key, lambda: wire.translate_stdin(line, job.src_ad))
             return
         job.dest_ad = copy_ad(job.src_ad)
         self._finish_submit_job(job, translated=False)
@@ -774,7 +778,7 @@ class Router:
             path = self.rc.hook_path(job.src_ad, HOOK_UPDATE)
             if path:
                 rval = self._spawn(job, HOOK_UPDATE, path, job.dest_key,
-                                   wire.sprint_ad(job.dest_ad).encode())
+                                   lambda: wire.sprint_ad(job.dest_ad).encode())
                 if rval != 0:
                     return
         self._finish_check_submitted_job_status(job)
@@ -899,9 +903,13 @@ class Router:
                     job.set_src("NumSystemHolds", (eval_int(orig, "NumSystemHolds", 0) or 0) + 1)
             elif newstatus != JobStatus.REMOVED:
                 job.set_src("JobStatus", newstatus)
-        chirp = [n for n in newgrid.keys() if n.lower().startswith("chirp")]
+        # The names are read once (one library call) instead of asking `name in newgrid`, which
+        # evaluates the attribute: this runs for every routed job on every poll of the emulator.
+        names = list(newgrid)
+        present = {n.lower() for n in names}
+        chirp = [n for n in names if n.lower().startswith("chirp")]
         for name in (*STATUS_ATTRS_TO_COPY, *custom, *chirp):
-            if not name or name not in newgrid:
+            if not name or name.lower() not in present:
                 continue
             new_text = expr_text(newgrid, name)
             if expr_text(orig, name) != new_text:
@@ -925,7 +933,7 @@ class Router:
             return
         path = self.rc.hook_path(job.src_ad, HOOK_FINALIZE)
         if path:
-            self._spawn(job, HOOK_FINALIZE, path, job.dest_key, wire.finalize_stdin(job.src_ad, job.dest_ad))
+            self._spawn(job, HOOK_FINALIZE, path, job.dest_key, lambda: wire.finalize_stdin(job.src_ad, job.dest_ad))
             return
         self._finish_finalize_job(job)
 
@@ -967,7 +975,7 @@ class Router:
             return
         path = self.rc.hook_path(job.src_ad, HOOK_CLEANUP)
         if path and len(job.dest_ad.keys()) > 0:
-            self._spawn(job, HOOK_CLEANUP, path, job.dest_key, wire.sprint_ad(job.dest_ad).encode())
+            self._spawn(job, HOOK_CLEANUP, path, job.dest_key, lambda: wire.sprint_ad(job.dest_ad).encode())
             return
         self._finish_cleanup_job(job)
 
