@@ -44,6 +44,8 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
@@ -89,7 +91,11 @@ class Herd:
             self.bed.router.close()
             self.bed.stop_agent()
             self.bed.server.call(self.bed.server.kubelet.stop)
-            self._clone()
+            gc.disable()          # the clones are long-lived: no cyclic GC walks while they are made
+            try:
+                self._clone()
+            finally:
+                gc.enable()
         except BaseException:
             self.bed.close()
             raise
@@ -147,7 +153,7 @@ class Herd:
             self.routed.append(routed)
             if dest["K8sPodPhase"] == "Pending":
                 self.stale.add(routed)
-            pod = json.loads(pod_json[t])
+            pod = msgspec.json.decode(pod_json[t])
             meta = pod["metadata"]
             old = meta["name"]
             meta.update(name=name, uid=uid)

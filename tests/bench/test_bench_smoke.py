@@ -89,10 +89,26 @@ def test_the_full_run_plans_the_issue_17_sizes_and_names():
         return argv[argv.index(flag) + 1]
 
     assert "--poll-check" in full["agent-5k"] and arg(full["agent-50k"], "--pods") == str(run.scaled(50_000, 50))
-    assert arg(quick["pipeline"], "--depth") == arg(full["pipeline"], "--depth")
+    assert quick["pipeline"] == full["pipeline"]      # the quick run's pipeline is the full run's measurement
+    assert int(arg(full["agent-5k"], "--poll-check")) > 0
     assert "pipeline-burst" not in full and "pipeline-burst" in run.plan(quick=False, burst=True)
     names = set(run.RENAME["agent-50k"].values())
     assert {"agent_relist_50k_s", "agent_relist_410_50k_s", "agent_rss_50k_mb"} <= names
     targets = {key for key, _op, _limit in run.TARGETS}
     assert {"agent_relist_s", "agent_relist_50k_s", "agent_rss_50k_mb", "steady_cost_ratio",
             "herd_recover_polls"} <= targets
+
+
+def test_herd_formula_prices_the_herds_hooks_with_the_steady_figures():
+    """run.py's cross-step check: the herd's hooks and agent CPU against hooks x (hook + update CPU)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    figures = {"herd_hooks_run": 20_000, "herd_cek8s_cpu_s": 210.0, "steady_hook_cpu_ms_20k": 10.0,
+               "steady_agent_update_cpu_us_20k": 500.0}
+    got = run.herd_formula(figures)
+    assert got == {"herd_formula_predicted_cpu_s": 210.0, "herd_formula_error": 0.0}
+    assert run.herd_formula({**figures, "herd_cek8s_cpu_s": 231.0})["herd_formula_error"] == 0.1
+    assert run.herd_formula({"herd_hooks_run": 1}) == {}       # a quick run has no herd: no figure
