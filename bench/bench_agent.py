@@ -61,6 +61,7 @@ from common import (
     BenchError,
     bare_python_argv,
     children_cpu,
+    exit_now,
     exit_on_sigterm,
     percentile,
     proc_cpu_s,
@@ -494,4 +495,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

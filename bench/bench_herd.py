@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BenchError,
     cores,
+    exit_now,
     exit_on_sigterm,
     proc_children_cpu_s,
     proc_cpu_s,
@@ -287,4 +288,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

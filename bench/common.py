@@ -164,3 +164,16 @@ def exit_on_sigterm() -> None:
         raise SystemExit(143)
 
     signal.signal(signal.SIGTERM, _exit)
+
+
+def exit_now(code: int) -> None:
+    """End a benchmark process once it has printed its figures and stopped its test bed.
+
+    Why not a normal exit: a benchmark that held 20,000-50,000 cloned jobs and pods spends 10-20 s
+    freeing them object by object at interpreter shutdown (measured on the herd: 22 s between its
+    last figure and its exit), which only lengthens `bench/run.py`. Everything it started is
+    stopped by then and its output is flushed here, so nothing is lost by skipping that.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -30,7 +30,7 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 |          |                           | ratios to a bare start: `ce-k8s route` on one pilot            |
 
 `--quick` keeps the CE-scale sizes where they define the figure (20,000 pods, the 5,000-node
-dump), runs the full run's pipeline (1,500 pilots fed at depth 500, so its pipeline figures are
+dump), runs the full run's pipeline (1,800 pilots fed at depth 500, so its pipeline figures are
 the full run's measurement), cuts sample counts elsewhere and skips the 50,000- and 5,000-pod agent
 runs and the herd: under 2 minutes here. The full run is meant to stay under 5 (issue 17).
 `CE_K8S_BENCH_SCALE=0.01` shrinks every size (the smoke test uses it to prove the benchmarks
@@ -87,7 +87,7 @@ TARGETS = (
 def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
     """Arguments for each benchmark script, from --quick, --burst and CE_K8S_BENCH_SCALE.
 
-    The quick run runs the very pipeline of the full run (1,500 pilots fed at depth 500: long
+    The quick run runs the very pipeline of the full run (1,800 pilots fed at depth 500: long
     enough to be past its ramp for most of the run, issue 17), so its pipeline figures are the
     full run's measurement; it cuts sample counts elsewhere and skips the 50,000- and 5,000-pod
     agent runs and the herd.
@@ -95,7 +95,7 @@ def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
     steps = {
         "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 300, 5)),
                   "--agent-rounds", "2", "--steady", str(scaled(40 if quick else 100, 5))],
-        "pipeline": ["--pilots", str(scaled(1500, 10)), "--depth", str(scaled(500, 2))],
+        "pipeline": ["--pilots", str(scaled(1800, 10)), "--depth", str(scaled(500, 2))],
         "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
                  "--repeat", "1" if quick else "3"],
         "route": ["--samples", str(scaled(10 if quick else 12, 3))],
@@ -109,7 +109,7 @@ def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
         # the router and the agent restarted at once with 20,000 routed pilots
         steps["herd"] = ["--jobs", str(scaled(20_000, 20))]
     if burst:        # the same pilots handed over in one burst: figures prefixed burst_
-        steps["pipeline-burst"] = ["--pilots", str(scaled(1500, 10)), "--depth", "0"]
+        steps["pipeline-burst"] = ["--pilots", str(scaled(1800, 10)), "--depth", "0"]
     return steps
 
 
