@@ -4,7 +4,7 @@
 
 `bench/run.py` runs it three times: at 20,000 pods with every figure, at 50,000 with one round and
 no hook samples (`agent_relist_50k_s`, `agent_relist_410_50k_s`, `agent_rss_50k_mb`, ...), and at
-5,000 with the update hooks of a poll over 2,500 of its jobs; each run adds the steady-state figures of its size
+5,000 with the update hooks of a poll over 2,000 of its jobs; each run adds the steady-state figures of its size
 (`--steady`, bench/steady.py: `steady_cost_ratio_5k/_20k/_50k`).
 
 Set-up, all real code between the two emulated boundaries:

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import PYTHON, BenchError, progress, scaled
@@ -117,8 +119,8 @@ def generate(path: Path, nodes: int, pods: int, ce_label: str, namespace: str, s
                   "status": {"hard": {"requests.cpu": "400000", "pods": "60000", "requests.nvidia.com/gpu": "2000"},
                              "used": {"requests.cpu": "150000", "pods": str(counts["pilot"] + counts["pending"]),
                                       "requests.nvidia.com/gpu": "400"}}})
-    with path.open("w") as fh:
-        json.dump({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}, fh, separators=(",", ":"))
+    # msgspec writes the same compact JSON as json.dump(separators=(",", ":")), several times faster
+    path.write_bytes(msgspec.json.encode({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}))
     return counts
 
 

@@ -14,7 +14,7 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 |          |                           | agent_relist_410_s, agent_rss_peak_mb (20,000 pods)            |
 | agent-50k| bench_agent.py --pods 50000 | agent_relist_50k_s, agent_relist_410_50k_s, agent_rss_50k_mb,|
 |          |                           | agent_rss_peak_50k_mb, agent_update_50k_us_p99 (full run only) |
-| agent-5k | bench_agent.py --pods 5000 --poll-check 2500 | a poll's update hooks (full run only)      |
+| agent-5k | bench_agent.py --pods 5000 --poll-check 2000 | a poll's update hooks (full run only)      |
 |          |                           | each agent run adds steady_*_<size> (bench/steady.py);         |
 |          |                           | steady_cost_ratio is the worst size's                          |
 | herd     | bench/bench_herd.py       | herd_recover_polls, herd_no_sync, herd_agent_rss_peak_mb ...:  |
@@ -93,7 +93,7 @@ def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
     agent runs and the herd.
     """
     steps = {
-        "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 300, 5)),
+        "agent": ["--pods", str(scaled(20_000, 20)), "--hook-samples", str(scaled(100 if quick else 200, 5)),
                   "--agent-rounds", "2", "--steady", str(scaled(40 if quick else 100, 5))],
         "pipeline": ["--pilots", str(scaled(1800, 10)), "--depth", str(scaled(500, 2))],
         "info": ["--nodes", str(scaled(5000, 10)), "--pods", str(scaled(100_000, 50)),
@@ -103,9 +103,9 @@ def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
     if not quick:
         steps["agent-50k"] = ["--pods", str(scaled(50_000, 50)), "--hook-samples", "0", "--agent-rounds", "1",
                               "--steady", str(scaled(40, 5))]
-        # the update hooks of a poll over 2,500 of the 5,000 jobs: the steady-state formula checked directly
+        # the update hooks of a poll over 2,000 of the 5,000 jobs: the steady-state formula checked directly
         steps["agent-5k"] = ["--pods", str(scaled(5_000, 10)), "--hook-samples", "0", "--agent-rounds", "1",
-                             "--steady", str(scaled(60, 5)), "--poll-check", str(scaled(2_500, 5))]
+                             "--steady", str(scaled(60, 5)), "--poll-check", str(scaled(2_000, 5))]
         # the router and the agent restarted at once with 20,000 routed pilots
         steps["herd"] = ["--jobs", str(scaled(20_000, 20))]
     if burst:        # the same pilots handed over in one burst: figures prefixed burst_

@@ -12,7 +12,7 @@ the N pilots. Per pilot per hour, at P = 3600 / JOB_ROUTER_POLLING_PERIOD polls 
 Each term is measured on the agent holding N pods (`bench_agent.WarmAgent`): hook and bare CPU
 from interleaved pairs (RUSAGE_CHILDREN), the agent's CPU per update from a round over jobs it
 already knows (/proc/<pid>/stat), its idle CPU from a window with no requests. `one_poll` checks
-the formula directly: the update hooks of a poll over that many jobs (2,500 of the 5,000 in
+the formula directly: the update hooks of a poll over that many jobs (2,000 of the 5,000 in
 `bench/run.py`), two at a time as two cores allow, with the CPU of every hook and of the agent
 summed, against what the formula predicts for that poll. `bench/run.py` checks it once more on
 the herd's first poll of 20,000 hooks (`herd_formula_error`).

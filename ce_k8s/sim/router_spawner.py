@@ -101,8 +101,27 @@ class RemoteHookRunner(FinishedCalls):
             self._outbox.put(("spawn", ident, list(call.argv), call.stdin, call.hook, call.key, send_env))
 
     def kill_all(self) -> None:
-        """SIGKILL every live hook (router abort or shutdown); calls not reported yet are dropped."""
-        self._outbox.put(("kill_all",))
+        """SIGKILL every live hook (router abort or shutdown); calls not reported yet are dropped.
+
+        Spawn requests still waiting for the writer thread are dropped first: after a poll of
+        thousands of routed jobs, a kill queued behind them would wait until the spawner had
+        started most of them (20 s after a 20,000-job poll), and the router's close with it.
+        """
+        with self._send_lock:
+            kept = []
+            while True:
+                try:
+                    msg = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if msg is not None and msg[0] == "spawn":
+                    if msg[6] is not None:
+                        self._env_sent = None       # that request carried the environment: send it again
+                    continue
+                kept.append(msg)
+            self._outbox.put(("kill_all",))
+            for msg in kept:
+                self._outbox.put(msg)
         with self._cond:
             self._inflight -= len(self._calls)
             self._calls.clear()
