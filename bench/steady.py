@@ -76,20 +76,57 @@ def agent_idle_cpu(warm, seconds: float) -> float:
     return (proc_cpu_s(warm.agent_pid) - cpu0) / (time.monotonic() - t0)
 
 
-def one_poll(warm, parallel: int = 2, jobs: int | None = None) -> tuple[float, float, int]:
-    """The update hook of `jobs` jobs (default every job) once each, `parallel` at a time, as one
-    router poll over that many jobs forks them: (CPU of hooks + agent, wall, hooks)."""
+def process_cpu(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, int]:
+    """CPU seconds and exit status of one process, from its own `wait4` rusage.
+
+    Why not RUSAGE_CHILDREN: the poll runs two processes at a time, and this check needs the CPU
+    of the hooks and of the bare starts among them apart. Stdin is written to a pipe before the
+    start (a routed ad is far below the pipe's 64 KiB), stdout and stderr go to /dev/null.
+    """
+    r, w = os.pipe()
+    try:
+        os.write(w, stdin)
+    finally:
+        os.close(w)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, null, 2)])
+    finally:
+        os.close(r)
+        os.close(null)
+    _pid, status, usage = os.wait4(pid, 0)
+    return usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status)
+
+
+def one_poll(warm, parallel: int = 2, jobs: int | None = None, bare_every: int = 4) -> dict[str, float]:
+    """The update hooks of a poll over `jobs` jobs (default every job), `parallel` at a time as two
+    cores allow, with a bare start after every `bare_every` hooks in the same stream.
+
+    The bare starts measured inside the poll put the poll's cost in bare-start units, which is what
+    the formula predicts: a machine whose speed drifts between the interleaved pairs and the poll
+    (seen: a bare start of 7.4 ms in one minute and 8.5 ms in the next) moves both alike.
+    """
     env = _hook_env()
-    hook = [warm.update_hook]
+    hook, bare = [warm.update_hook], bare_python_argv()
     ads = warm.ads if jobs is None else warm.ads[:jobs]
-    c0, a0, t0 = children_cpu(), proc_cpu_s(warm.agent_pid), time.monotonic()
+    tasks = []
+    for i, ad in enumerate(ads):
+        tasks.append((hook, ad))
+        if (i + 1) % bare_every == 0:
+            tasks.append((bare, b""))
+    a0, t0 = proc_cpu_s(warm.agent_pid), time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        codes = [rc for _dt, rc, _out in pool.map(lambda ad: run_wall(hook, ad, env=env), ads)]
+        done = list(pool.map(lambda task: (task[0] is bare, *process_cpu(task[0], task[1], env)), tasks))
     wall = time.monotonic() - t0
-    failed = sum(1 for rc in codes if rc != 0)
+    agent = proc_cpu_s(warm.agent_pid) - a0
+    failed = sum(1 for is_bare, _cpu, rc in done if rc != 0)
     if failed:
-        raise BenchError(f"{failed} of {len(codes)} update hooks failed in the poll")
-    return children_cpu() - c0 + proc_cpu_s(warm.agent_pid) - a0, wall, len(codes)
+        raise BenchError(f"{failed} of {len(done)} processes failed in the poll")
+    hooks = [cpu for is_bare, cpu, _rc in done if not is_bare]
+    bares = [cpu for is_bare, cpu, _rc in done if is_bare]
+    return {"hooks": len(hooks), "hooks_cpu": sum(hooks), "bare_cpu": sum(bares) / len(bares),
+            "agent_cpu": agent, "wall": wall}
 
 
 def measure(warm, pods: int, *, pairs: int, updates: int, idle_s: float, poll_jobs: int = 0) -> dict[str, float]:
@@ -113,12 +150,22 @@ def measure(warm, pods: int, *, pairs: int, updates: int, idle_s: float, poll_jo
              f"{update_cpu * 1e6:.0f} µs per update, idle {idle * 100:.2f} % of a core: "
              f"{cost:.3f} s per pilot-hour against a floor of {floor:.3f} s, ratio {cost / floor:.3f}")
     if poll_jobs:
-        measured, wall, hooks = one_poll(warm, jobs=poll_jobs)
+        poll = one_poll(warm, jobs=poll_jobs)
+        hooks, wall = poll["hooks"], poll["wall"]
+        measured = poll["hooks_cpu"] + poll["agent_cpu"]
         predicted = hooks * (hook_cpu + update_cpu) + idle * wall
+        # per hook, in bare starts of the same moment: measured in the poll, predicted from the pairs
+        measured_units = (measured - idle * wall) / hooks / poll["bare_cpu"]
+        predicted_units = (hook_cpu + update_cpu) / bare_cpu
         out.update({"steady_poll_hooks": hooks,
                     "steady_poll_cpu_s": round(measured, 2), "steady_poll_predicted_cpu_s": round(predicted, 2),
                     "steady_poll_wall_s": round(wall, 1),
-                    "steady_formula_error": round(measured / predicted - 1.0, 4)})
+                    "steady_poll_bare_cpu_ms": round(poll["bare_cpu"] * 1e3, 3),
+                    "steady_formula_error_abs": round(measured / predicted - 1.0, 4),
+                    "steady_formula_error": round(measured_units / predicted_units - 1.0, 4)})
         progress(f"steady state: a poll of {hooks} update hooks took {measured:.1f} s CPU in {wall:.1f} s; "
-                 f"the formula predicts {predicted:.1f} s ({(measured / predicted - 1) * 100:+.1f} %)")
+                 f"the formula predicts {predicted:.1f} s ({(measured / predicted - 1) * 100:+.1f} %); in bare "
+                 f"starts of the same moment ({poll['bare_cpu'] * 1e3:.2f} ms in the poll, {bare_cpu * 1e3:.2f} ms "
+                 f"in the pairs) {measured_units:.3f} per hook against {predicted_units:.3f} "
+                 f"({(measured_units / predicted_units - 1) * 100:+.1f} %)")
     return out

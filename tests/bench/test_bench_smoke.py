@@ -112,3 +112,19 @@ def test_herd_formula_prices_the_herds_hooks_with_the_steady_figures():
     assert got == {"herd_formula_predicted_cpu_s": 210.0, "herd_formula_error": 0.0}
     assert run.herd_formula({**figures, "herd_cek8s_cpu_s": 231.0})["herd_formula_error"] == 0.1
     assert run.herd_formula({"herd_hooks_run": 1}) == {}       # a quick run has no herd: no figure
+
+
+def test_the_poll_check_prices_a_poll_in_bare_starts_of_the_same_moment():
+    """bench/steady.py's formula check (issue 17): a small agent, a poll over some of its jobs with
+    bare starts among the hooks, and the figures the full run's 5,000-pod step reports."""
+    env = dict(os.environ, CE_K8S_BENCH_SCALE="0.01")
+    env.pop("CE_K8S_SOCKET", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_agent.py"), "--pods", "40", "--hook-samples",
+                           "0", "--agent-rounds", "1", "--steady", "5", "--poll-check", "24", "--json"],
+                          cwd=ROOT, env=env, capture_output=True, timeout=240, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    figures = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert figures["steady_poll_hooks_40"] == 24
+    assert figures["steady_poll_bare_cpu_ms_40"] > 0 and figures["steady_poll_cpu_s_40"] > 0
+    for key in ("steady_formula_error_40", "steady_formula_error_abs_40"):
+        assert math.isfinite(figures[key]) and figures[key] > -1.0, (key, figures[key])
