@@ -117,7 +117,9 @@ def herd_formula(figures: dict[str, float]) -> dict[str, float]:
     """The steady-state formula checked on the herd's polls (issue 17): the CPU the hooks and the
     agent used until recovery against hooks run x (hook CPU + agent CPU per update) measured at
     20,000 pods. The herd's hooks are the worst case (a fifth of them stale, the agent relisting
-    at the start), so this is the formula under the heaviest load the benchmarks make."""
+    at the start), so this is the formula under the heaviest load the benchmarks make. It is in
+    seconds, from two steps minutes apart, so the machine's drift in speed is in it too (the
+    5,000-pod step's `steady_formula_error` is priced in bare starts of the same moment)."""
     need = ("herd_hooks_run", "herd_cek8s_cpu_s", "steady_hook_cpu_ms_20k", "steady_agent_update_cpu_us_20k")
     if not all(k in figures for k in need):
         return {}

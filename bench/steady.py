@@ -13,9 +13,12 @@ Each term is measured on the agent holding N pods (`bench_agent.WarmAgent`): hoo
 from interleaved pairs (RUSAGE_CHILDREN), the agent's CPU per update from a round over jobs it
 already knows (/proc/<pid>/stat), its idle CPU from a window with no requests. `one_poll` checks
 the formula directly: the update hooks of a poll over that many jobs (2,000 of the 5,000 in
-`bench/run.py`), two at a time as two cores allow, with the CPU of every hook and of the agent
-summed, against what the formula predicts for that poll. `bench/run.py` checks it once more on
-the herd's first poll of 20,000 hooks (`herd_formula_error`).
+`bench/run.py`), two at a time as two cores allow, with a bare start after every fourth hook; the
+CPU of every hook and of the agent is summed and priced in the bare starts of that same poll
+(`steady_formula_error`), against the formula's (hook + agent per update) ÷ bare from the pairs.
+The plain seconds are compared too (`steady_formula_error_abs`), but the machine's speed moves
+between the pairs and the poll. `bench/run.py` checks the formula once more, in seconds, on the
+herd's 20,000 hooks (`herd_formula_error`).
 """
 
 from __future__ import annotations

@@ -110,14 +110,17 @@ def closure(root: str, modules: list[str]) -> list[tuple[str, str, bool]]:
     return order
 
 
-def build(root: str, modules: list[str], extensions: dict[str, str] | None = None) -> bytes:
+def build(root: str, modules: list[str], extensions: dict[str, str] | None = None,
+          executable: str | None = None) -> bytes:
     """The image of `modules` (and what they import) from the sources under `root`.
 
     `extensions`: extension modules a hook imports lazily (`_socket`, for the agent call), by name
     and absolute file path, for an image whose launcher runs this very interpreter. The launcher
     then loads them from that path instead of searching `sys.path` for them (a directory listing
     of the package root, the standard library and `lib-dynload`: ~0.2 ms when the root is a
-    site-packages). Their files are stamped like the sources.
+    site-packages). Their files are stamped like the sources, and they are used only by a process
+    whose `sys.executable` is `executable` (the launcher's interpreter): two interpreters with the
+    same cache tag share the image's name, and only one of them owns those files.
     """
     stamps, entries = [], []
     for name, rel, is_pkg in closure(root, modules):
@@ -132,7 +135,8 @@ def build(root: str, modules: list[str], extensions: dict[str, str] | None = Non
             raise ValueError(f"extension path {path!r} is not absolute")
         st = os.stat(path)
         stamps.append((path, st.st_mtime_ns, st.st_size))
-    namespace = {"STAMPS": tuple(stamps), "MODULES": tuple(entries), "EXTENSIONS": dict(extensions or {})}
+    namespace = {"STAMPS": tuple(stamps), "MODULES": tuple(entries), "EXTENSIONS": dict(extensions or {}),
+                 "EXECUTABLE": executable}
     return importlib.util.MAGIC_NUMBER + marshal.dumps((loader_code(), namespace))
 
 
@@ -146,11 +150,12 @@ def loader_code():
     import textwrap
 
     source = textwrap.dedent(inspect.getsource(load))
-    return compile(f"import sys\n{source}\nload(sys.path[0], STAMPS, MODULES, EXTENSIONS)\n", __file__, "exec",
-                   dont_inherit=True)
+    return compile(f"import sys\n{source}\nload(sys.path[0], STAMPS, MODULES, EXTENSIONS, EXECUTABLE)\n",
+                   __file__, "exec", dont_inherit=True)
 
 
-def write(root: str, launcher: str, modules: list[str], extensions: dict[str, str] | None = None) -> str:
+def write(root: str, launcher: str, modules: list[str], extensions: dict[str, str] | None = None,
+          executable: str | None = None) -> str:
     """Build and write the image of one launcher under `root`; returns its path.
 
     Written to a temporary name and renamed, so a hook never reads half an image; readable by
@@ -161,13 +166,13 @@ def write(root: str, launcher: str, modules: list[str], extensions: dict[str, st
     path = os.path.join(directory, image_name(launcher))
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        fh.write(build(root, modules, extensions))
+        fh.write(build(root, modules, extensions, executable))
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     return path
 
 
-def load(root, stamps, modules, extensions=None):
+def load(root, stamps, modules, extensions=None, executable=None):
     """Register and execute `modules` (an image's, sources under `root`); False if not used.
 
     Runs in a hook process before anything is imported, so it uses only `sys` and the built-in
@@ -175,7 +180,7 @@ def load(root, stamps, modules, extensions=None):
     its recorded mtime and size; if executing a module fails, everything registered is removed
     again, so the launcher's normal import then runs (and shows the error) as if there were no
     image. `extensions` (name -> path) are found by a finder first on `sys.meta_path` when, and
-    only when, something imports them.
+    only when, something imports them, in a process whose `sys.executable` is `executable`.
     """
     import posix
 
@@ -214,7 +219,7 @@ def load(root, stamps, modules, extensions=None):
         for name in added:
             registry.pop(name, None)
         return False
-    if extensions:
+    if extensions and sys.executable == executable:
         external = registry["_frozen_importlib_external"]
 
         def find_spec(name, path=None, target=None):

@@ -147,7 +147,7 @@ def install_hooks(directory: str, socket_path: str, hook_timeout: float, python:
     paths = []
     extensions = _extensions(python)
     for name, module in HOOKS.items():
-        _write_image(build_root, name, module, extensions)
+        _write_image(build_root, name, module, extensions, python)
         path = os.path.join(directory, name)
         text = TEMPLATE.format(python=python, root=root, socket=socket_path,
                                timeout=float(hook_timeout), module=module, spool=spool,
@@ -181,9 +181,9 @@ def _extensions(python: str) -> dict[str, str]:
     return {"_socket": os.path.abspath(origin)} if origin else {}
 
 
-def _write_image(root: str, name: str, module: str, extensions: dict[str, str]) -> None:
+def _write_image(root: str, name: str, module: str, extensions: dict[str, str], python: str) -> None:
     """The image of one launcher; a failure (read-only tree) is logged and only costs speed."""
     try:
-        hookimage.write(root, name, ["ce_k8s.protocol", "ce_k8s.hooks._common", module], extensions)
+        hookimage.write(root, name, ["ce_k8s.protocol", "ce_k8s.hooks._common", module], extensions, python)
     except (OSError, SyntaxError) as exc:
         log.warning("could not write the hook image of %s under %s: %s", name, root, exc)

@@ -170,6 +170,7 @@ def test_own_interpreter_launchers_find_socket_by_its_path(staged):
     lib, _hooks = staged
     namespace = image_namespace(image_of(lib, "ce-k8s-update"))
     assert namespace["EXTENSIONS"] == {"_socket": os.path.abspath(_socket.__file__)}
+    assert namespace["EXECUTABLE"] == sys.executable
     code = (f"import sys, marshal\nsys.path.insert(0, {str(lib)!r})\n"
             f"data = open({str(image_of(lib, 'ce-k8s-update'))!r}, 'rb').read()\n"
             "exec(*marshal.loads(data[4:]))\n"
@@ -191,13 +192,32 @@ def test_another_interpreters_launchers_name_no_extension(tmp_path):
     assert image_namespace(image_of(lib, "ce-k8s-update"))["EXTENSIONS"] == {}
 
 
+def test_extensions_serve_only_the_launchers_own_interpreter(tmp_path):
+    """Two interpreters with one cache tag share an image's name: the extension paths are used only
+    in a process whose sys.executable is the one the image was written for."""
+    ext = tmp_path / "fake_ext.so"
+    ext.write_bytes(b"\x7fELF")
+
+    def finders() -> int:
+        return sum(1 for f in sys.meta_path if getattr(f, "__name__", "") == "ce_k8s.hookimage.finder")
+
+    before = finders()
+    try:
+        assert hookimage.load(str(tmp_path), (), (), {"cek8s_fake_ext": str(ext)}, "/another/python") is True
+        assert finders() == before
+        assert hookimage.load(str(tmp_path), (), (), {"cek8s_fake_ext": str(ext)}, sys.executable) is True
+        assert finders() == before + 1
+    finally:
+        sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", "") != "ce_k8s.hookimage.finder"]
+
+
 def test_a_changed_extension_file_rejects_the_image(tmp_path):
     ext = tmp_path / "fake_ext.so"
     ext.write_bytes(b"\x7fELF")
     (tmp_path / "pkg").mkdir()
     data = hookimage.build(str(tmp_path), [], {"cek8s_fake_ext": str(ext)})
     stamps = image_namespace_of_bytes(data)["STAMPS"]
-    assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}) is True
+    assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}, sys.executable) is True
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", "") != "ce_k8s.hookimage.finder"]
     ext.write_bytes(b"\x7fELF changed")
     assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}) is False
