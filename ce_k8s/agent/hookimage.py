@@ -11,11 +11,15 @@ what CPython itself does for its start-up modules (frozen modules).
 An image is `<root>/ce_k8s/hooks/__pycache__/<launcher>.<cache tag>.image`:
 
     the interpreter's bytecode magic number (4 bytes)
-    marshal((loader, {"STAMPS": stamps, "MODULES": modules}))
-        loader  = the code of `load` below and a call of it (the launcher `exec`s it)
-        stamps  = ((relative path, st_mtime_ns, st_size), ...)   one per source file
-        modules = ((module name, relative path, is package, code object), ...)  parents and
-                  dependencies first, so each module finds what it imports already executed
+    marshal((loader, {"STAMPS": stamps, "MODULES": modules, "EXTENSIONS": extensions,
+                      "EXECUTABLE": executable}))
+        loader     = the code of `load` below and a call of it (the launcher `exec`s it)
+        stamps     = ((path, st_mtime_ns, st_size), ...)  one per source file (relative to the
+                     root) and one per extension file (absolute)
+        modules    = ((module name, relative path, is package, code object), ...)  parents and
+                     dependencies first, so each module finds what it imports already executed
+        extensions = {module name: absolute path}: found by path, see `build`
+        executable = the interpreter the extension paths belong to
 
 A launcher uses its image only when every check passes: the file reads whole, the magic number
 is its own interpreter's, and every source file still has the recorded mtime and size (the
@@ -177,15 +181,19 @@ def load(root, stamps, modules, extensions=None, executable=None):
 
     Runs in a hook process before anything is imported, so it uses only `sys` and the built-in
     `posix`. Nothing is registered unless every stamped file (relative: under `root`) still has
-    its recorded mtime and size; if executing a module fails, everything registered is removed
-    again, so the launcher's normal import then runs (and shows the error) as if there were no
-    image. `extensions` (name -> path) are found by a finder first on `sys.meta_path` when, and
-    only when, something imports them, in a process whose `sys.executable` is `executable`.
+    its recorded mtime and size. The extension files (absolute paths) count only in a process of
+    `executable`, the only one that uses them: another interpreter may not even read them. If
+    executing a module fails, everything registered is removed again, so the launcher's normal
+    import then runs (and shows the error) as if there were no image. `extensions` (name -> path)
+    are found by a finder first on `sys.meta_path` when, and only when, something imports them.
     """
     import posix
 
+    own_extensions = bool(extensions) and sys.executable == executable
     try:
         for rel, mtime_ns, length in stamps:
+            if rel[:1] == "/" and not own_extensions:
+                continue
             st = posix.stat(rel if rel[:1] == "/" else root + "/" + rel)
             if st.st_mtime_ns != mtime_ns or st.st_size != length:
                 return False
@@ -219,7 +227,7 @@ def load(root, stamps, modules, extensions=None, executable=None):
         for name in added:
             registry.pop(name, None)
         return False
-    if extensions and sys.executable == executable:
+    if own_extensions:
         external = registry["_frozen_importlib_external"]
 
         def find_spec(name, path=None, target=None):

@@ -88,13 +88,8 @@ class Item(_Doc):
     status: Status | None = None
 
 
-class ListMeta(_Doc):
-    continue_: str | None = msgspec.field(default=None, name="continue")
-
-
 class ListDoc(_Doc):
     kind: str | None = None
-    metadata: ListMeta | None = None
     items: list[Item] | None = None
 
 

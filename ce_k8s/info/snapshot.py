@@ -245,8 +245,12 @@ def snapshot_from_document(doc: object, source: str, taken_at: float | None = No
             items = [doc]
         else:
             raise SnapshotError(source, f"kind {kind or '?'!r} has no 'items' list; expected a List")
-    default_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else None
-    return snapshot_from_items(items, source, taken_at, default_kind)
+    return snapshot_from_items(items, source, taken_at, _item_kind(kind))
+
+
+def _item_kind(list_kind: str) -> str | None:
+    """The kind of the items of a `NodeList`/`PodList`/... (None for a plain `List`)."""
+    return list_kind[: -len("List")] if list_kind.endswith("List") and list_kind != "List" else None
 
 
 def decode_json(data: bytes) -> object:
@@ -277,8 +281,7 @@ def typed_snapshot(data: bytes, source: str, taken_at: float | None = None) -> C
     doc = listschema.decode_list(data)
     if doc is None or doc.items is None:
         return None
-    kind = doc.kind or ""
-    default_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else None
+    default_kind = _item_kind(doc.kind or "")
     snap = ClusterSnapshot(nodes=[], pods=[], quotas=[], source=source, taken_at=taken_at)
     try:
         for i, item in enumerate(doc.items):

@@ -220,7 +220,7 @@ def test_a_changed_extension_file_rejects_the_image(tmp_path):
     assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}, sys.executable) is True
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", "") != "ce_k8s.hookimage.finder"]
     ext.write_bytes(b"\x7fELF changed")
-    assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}) is False
+    assert hookimage.load(str(tmp_path), stamps, (), {"cek8s_fake_ext": str(ext)}, sys.executable) is False
     assert not any(getattr(f, "__name__", "") == "ce_k8s.hookimage.finder" for f in sys.meta_path)
 
 
@@ -228,3 +228,20 @@ def image_namespace_of_bytes(data: bytes) -> dict:
     import marshal
 
     return marshal.loads(data[4:])[1]
+
+
+def test_another_interpreter_ignores_extension_files_it_cannot_read(tmp_path):
+    """An image shared by two interpreters (one cache tag): the other one neither stats the owner's
+    extension files (a pilot account may not read them) nor rejects the modules because of them."""
+    code = compile("VALUE = 7\n", "<m>", "exec")
+    (tmp_path / "m.py").write_text("VALUE = 7\n")
+    st = (tmp_path / "m.py").stat()
+    stamps = (("m.py", st.st_mtime_ns, st.st_size), ("/nonexistent/_socket.so", 1, 1))
+    modules = (("cek8s_imgother", "m.py", False, code),)
+    try:
+        assert hookimage.load(str(tmp_path), stamps, modules, {"_socket": "/nonexistent/_socket.so"},
+                              "/another/python") is True
+        assert sys.modules["cek8s_imgother"].VALUE == 7
+    finally:
+        sys.modules.pop("cek8s_imgother", None)
+    assert hookimage.load(str(tmp_path), stamps, (), {"_socket": "/nonexistent/_socket.so"}, sys.executable) is False

@@ -429,6 +429,24 @@ def test_running_hook_is_not_spawned_again(make_bed):
     assert bed.router.jobs[job].state == State.SUBMITTED
 
 
+def test_a_running_hooks_stdin_is_not_printed_again(make_bed, monkeypatch):
+    """JobRouterHookMgr hookUpdateJobInfo: checkHookKnown comes before sPrintAd, so a poll that
+    skips a job whose update hook still runs does not print its ad (a restarted router with
+    20,000 routed jobs would print them all on every poll otherwise)."""
+    from ce_k8s.sim import router as router_module
+
+    bed = make_bed()
+    _submitted(bed)
+    printed = []
+    real = router_module.wire.sprint_ad
+    monkeypatch.setattr(router_module.wire, "sprint_ad", lambda ad: printed.append(1) or real(ad))
+    bed.mode("update", "sleep 1.5")
+    for _ in range(3):
+        bed.router.poll()
+    assert len(bed.calls(HOOK_UPDATE)) == 1 and len(printed) == 1
+    bed.router.settle(10)
+
+
 def test_dedup_prefix_quirk_blocks_longer_keys(make_bed):
     """hook-protocol.md §2.1 quirk: strncmp(known, key, strlen(known)): while 7.1 translates, 7.10 and 7.11 wait."""
     bed = make_bed()

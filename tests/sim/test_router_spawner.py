@@ -6,6 +6,7 @@ must not change (docs/hook-protocol.md §2.1-§2.5).
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import time
 from pathlib import Path
@@ -85,3 +86,33 @@ def test_remote_runner_writes_stdin_captures_output_and_kills_the_group(tmp_path
         assert not marker.exists()
     finally:
         runner.close()
+
+
+def test_kill_all_drops_the_spawn_requests_the_spawner_has_not_read(tmp_path):
+    """A kill (router abort or close) must not wait behind a poll's queued spawn requests: with the
+    spawner not reading (stopped), the requests pile up before the writer thread, and `kill_all`
+    leaves none of them queued ahead of itself; the runner still closes cleanly afterwards."""
+    import signal
+
+    script, _marker = echo_hook(tmp_path)
+    runner = RemoteHookRunner(timeout=20)
+    os.kill(runner.pid, signal.SIGSTOP)
+    try:
+        env = {"PATH": os.environ.get("PATH", "")}
+        for i in range(5):      # each far bigger than a pipe buffer: the writer blocks on the first
+            runner.spawn(HookCall(hook=HOOK_UPDATE, key=f"{i}.0", argv=[str(script)], stdin=b"x" * 300_000), env)
+        runner.kill_all()
+        queued = []
+        while True:
+            try:
+                queued.append(runner._outbox.get_nowait())
+            except queue.Empty:
+                break
+        assert [m[0] for m in queued if m is not None] == ["kill_all"]
+        assert runner.inflight == 0
+        for msg in queued:             # hand them back to the writer, in order
+            runner._outbox.put(msg)
+    finally:
+        os.kill(runner.pid, signal.SIGCONT)
+        runner.close()
+    assert runner._child.returncode is not None
