@@ -8,6 +8,7 @@ Pieces, each in its own module:
 * `credentials.CredentialRefresher` — a proxy/token renewed in the spool patched into the live
   pod's Secret (a `stat` per update, the copy on its own thread);
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
+* `deletions.Deletions` — which pods a delete path has claimed, so each pod is deleted once;
 * `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1), and
   the pods a cleanup released for a re-route;
 * `sourceprobe.SourceProbe` — asks the CE's schedd whether a cleaned-up job's source job is gone;
@@ -46,6 +47,7 @@ from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, history_ad,
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
 from ce_k8s.agent.credentials import CredentialRefresher, CredentialState
+from ce_k8s.agent.deletions import Deletion, Deletions
 from ce_k8s.agent.history import HistoryWriter
 from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
@@ -155,7 +157,9 @@ class Agent:
         self.stop_event = threading.Event()
         self._uids: dict[str, int | None] = {}
         self._my_uid = os.getuid()
-        self._deleting: set[str] = set()
+        # Every delete path (cleanup, hold, the creator's undo, GC, release expiry) claims the pod
+        # here first: one delete call per pod (deletions.py; docs/agent.md "Deleting a pod once").
+        self.deletions = Deletions()
         self._split_logs: bool | None = None   # does the API server honour `stream=` on pod logs?
         self.pool = ThreadPoolExecutor(max_workers=max(4, settings.create_concurrency), thread_name_prefix="ce-k8s-io")
         from ce_k8s.agent.creator import Creator
@@ -450,7 +454,7 @@ class Agent:
         """A pod that still does (or will do) the pilot's work: not finished, not being deleted, not
         disrupted (an evicted pod's job moves to the next attempt instead)."""
         return (pod is not None and not pod.finished and not pod.deleting and not pod.disruption
-                and pod.name not in self._deleting)
+                and not self.deletions.covers(pod.name, pod.uid or None))
 
     def _of_source(self, pod: PodInfo, owner: str, gjid: str) -> bool:
         """Stricter than `_same_job`: the pod's annotations must name this source job and owner, and
@@ -620,7 +624,9 @@ class Agent:
             namespace = pod.namespace if pod is not None else rec.namespace
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
-            deleted += self.delete_pod(n, namespace, why="cleanup", job=job)
+            gone = self.cache.get_gone(n) if pod is None else None
+            uid = (pod.uid if pod is not None else gone.uid if gone is not None else "") or None
+            deleted += self._cleanup_delete(n, namespace, uid, job, now)
         log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted,
                               released=keep.name if keep is not None else None))
         if keep is not None:
@@ -637,8 +643,51 @@ class Agent:
             self.output.remove(name)
         self._output_tries.pop(name, None)
 
+    def _delete_wait(self) -> float:
+        """How long a cleanup waits for another path's delete call: its two requests (pod, then
+        Secret by name) and a token from the QPS bucket."""
+        return 2 * self.request_timeout + 2 / max(self.settings.qps, 0.1)
+
+    def _cleanup_delete(self, name: str, namespace: str, uid: str | None, job: str, started: float) -> int:
+        """The cleanup's delete of pod `name`: 1 if the pod existed, 0 if not. Raises on API errors.
+
+        Another path (GC, hold, the creator's undo) may be deleting this very pod: then its call is
+        this cleanup's one delete (deletions.py; docs/agent.md "Deleting a pod once"). A call still in
+        flight is waited for; one that returned after this cleanup began is counted as the cleanup's;
+        one that returned before (a repeated cleanup, a hold's delete) means the pod was already
+        deleted: 0, with no call. A call still in flight after the wait raises TimeoutError, so the
+        hook exits 1 and the router retries the cleanup.
+        """
+        for _ in range(3):
+            deletion, mine = self.deletions.claim(name, uid)
+            if mine:
+                return self._run_delete(deletion, namespace, "cleanup", job)
+            wait = self._delete_wait()
+            if not self.deletions.wait(deletion, wait):
+                raise TimeoutError(f"pod {name}: another delete of it is still in flight after {wait:.0f} s")
+            if deletion.existed is not None:
+                counted = int(deletion.existed and deletion.settled_at >= started)
+                log.info("%s", fields(event="delete-shared", job=job, pod=name, namespace=namespace,
+                                      existed=deletion.existed, counted=counted))
+                return counted
+            # the other path's call failed and gave its claim back: claim again
+        raise TimeoutError(f"pod {name}: the other delete calls of it kept failing")
+
+    def _run_delete(self, deletion: Deletion, namespace: str, why: str, job: str | None = None) -> int:
+        """Make the delete call of a claim this thread holds, and settle the claim either way."""
+        existed: bool | None = None
+        try:
+            result = self.delete_pod(deletion.name, namespace, why=why, job=job)
+            existed = bool(result)
+            return result
+        finally:
+            self.deletions.settle(deletion, existed)
+
     def delete_pod(self, name: str, namespace: str, why: str = "cleanup", job: str | None = None) -> int:
         """Delete a pod; 1 if it existed, 0 if not. Raises on other API errors.
+
+        The bare call: the agent's paths claim the pod first (`self.deletions`), so that no two of
+        them delete the same pod.
 
         Only the pod: its sandbox Secret has an ownerReference to it, so Kubernetes' garbage
         collector removes the Secret (one API call per pilot saved). Never the other Secret
@@ -680,23 +729,26 @@ class Agent:
         return existed
 
     def _delete_async(self, pod: PodInfo, why: str = "hold", job: str | None = None) -> None:
-        if pod.deleting or pod.name in self._deleting:
+        """Delete `pod` on the I/O pool, unless another path is deleting or has deleted it. The
+        claim is taken here, on the caller's thread, so that a cleanup or GC pass that comes before
+        the pool runs the call sees it (deletions.py)."""
+        if pod.deleting:
             return
-        self._deleting.add(pod.name)
+        deletion, mine = self.deletions.claim(pod.name, pod.uid or None)
+        if not mine:
+            return
 
         def run() -> None:
             try:
-                self.delete_pod(pod.name, pod.namespace, why=why, job=job)
+                self._run_delete(deletion, pod.namespace, why, job)
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=job or self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, error=_short(exc)))
-            finally:
-                self._deleting.discard(pod.name)
 
         try:
             self.pool.submit(run)
         except RuntimeError:          # shutting down
-            self._deleting.discard(pod.name)
+            self.deletions.settle(deletion, None)
 
     def _job_for(self, name: str) -> str:
         """The job id for a log line about pod `name`: routed id if an update named it, else the source id."""
@@ -1049,21 +1101,28 @@ class Agent:
         grace = self.settings.gc_grace
         victims = []
         for name, pod in list(self.cache.pods.items()):
-            if pod.deleting or name in self._deleting:
+            if pod.deleting or self.deletions.covers(name, pod.uid or None):
                 continue
             rec = self.jobs.get(name)
             last = rec.last_touch if rec and rec.last_touch else self.started_at
             released = self.journal.released_at(name) is not None
             if (rec and rec.cleaned and not released) or (pod.finished and now - last >= grace):
                 victims.append(pod)
+        collected = []
         for pod in victims:
+            # The victim list is a snapshot: a cleanup or hold may have claimed the pod since.
+            deletion, mine = self.deletions.claim(pod.name, pod.uid or None)
+            if not mine:
+                continue
+            collected.append(pod)
             try:
-                self.delete_pod(pod.name, pod.namespace, why="gc", job=self._job_for(pod.name))
+                self._run_delete(deletion, pod.namespace, "gc", self._job_for(pod.name))
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, why="gc", error=_short(exc)))
-        victims += self._expire_releases(now)
+        victims = collected + self._expire_releases(now)
         self.cache.forget_gone(now - max(grace, 600))
+        self.deletions.prune(now - max(grace, 600))
         self._gc_accounting(now)
         self.journal.prune(now)
         self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
@@ -1078,7 +1137,7 @@ class Agent:
     def _expire_releases(self, now: float) -> list[PodInfo]:
         """Delete the released pods no re-routed job adopted within `CE_K8S_RELEASE_GRACE` of their
         last release; forget releases whose pod is gone. Returns the pods it deleted."""
-        expired = []
+        expired: list[tuple[PodInfo, Deletion]] = []
         for name, (_gjid, when) in self.journal.released().items():
             if now - when < self.options.release_grace:
                 continue
@@ -1089,22 +1148,22 @@ class Agent:
                 if pod is None:
                     self.journal.record_unreleased(name)
                     continue
-                if pod.deleting or name in self._deleting:
+                if pod.deleting:
                     continue
-                self._deleting.add(name)        # an adoption from now on sees it as not live
-            expired.append(pod)
+                deletion, mine = self.deletions.claim(name, pod.uid or None)
+                if not mine:
+                    continue                    # another path deletes it (or did)
+            expired.append((pod, deletion))     # an adoption from now on sees it as not live
         deleted = []
-        for pod in expired:
+        for pod, deletion in expired:
             job = self._job_for(pod.name)
             try:
-                self.delete_pod(pod.name, pod.namespace, why="release", job=job)
+                self._run_delete(deletion, pod.namespace, "release", job)
                 self.journal.record_unreleased(pod.name)
                 deleted.append(pod)
             except Exception as exc:
                 log.warning("%s", fields(event="delete-failed", job=job, pod=pod.name, namespace=pod.namespace,
                                          why="release", error=_short(exc)))
-            finally:
-                self._deleting.discard(pod.name)
         return deleted
 
 

@@ -289,12 +289,18 @@ class PodCache:
 
         Why: the reply to the next update hook should not depend on how fast the watch event
         arrives. Versions are compared as integers when both are numeric (etcd revisions);
-        otherwise the watch's copy wins.
+        otherwise the watch's copy wins. A reply about a pod the watch has already reported
+        DELETED (its tombstone has the same uid) is older than that event and is dropped: it would
+        bring a deleted pod back, which no event would ever remove, and the GC would delete it
+        again on every pass (a cleanup that overtook the create; docs/agent.md "Deleting a pod once").
         """
         info = self._sticky(PodInfo.from_dict(pod))
         if not info.name:
             return
         with self._lock:
+            gone = self.gone.get(info.name)
+            if gone is not None and info.uid and gone[0].uid == info.uid:
+                return
             cur = self.pods.get(info.name)
             if cur is None or _newer(info.resource_version, cur.resource_version):
                 self.pods[info.name] = info

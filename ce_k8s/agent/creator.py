@@ -188,6 +188,7 @@ class Creator:
                                     {"message": f"built pod name {built.name} != K8sPodName {rec.pod_name}"})
             return
         rec.namespace = built.namespace
+        pod: dict = {}
         try:
             if (rec.check_history and not rec.seen_uid and agent.cache.get(built.name) is None
                     and not agent.journal.posted(built.name)):    # the journal answers better (create_pod)
@@ -215,14 +216,16 @@ class Creator:
                                      error=exc.message))
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             if exc.code == "secret-create-failed":
-                agent._delete_async(_Named(built.name, built.namespace), why="hold", job=job)
+                agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
             return
         agent.cache.observe(pod)
         rec.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.seen_uid
         rec.failures = 0
         rec.create = CreateInfo(CREATE_DONE)
         if rec.cleaned:        # cleanup arrived while we were creating: undo at once
-            agent._delete_async(_Named(built.name, built.namespace), why="cleanup", job=job)
+            # With the uid, a cleanup that already deleted this very pod is seen (deletions.py):
+            # the pod is deleted once, and its Secret is not deleted by name after a 404.
+            agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
 
     def _retry(self, rec, message: str) -> None:
         rec.failures += 1
@@ -396,5 +399,11 @@ class _Named:
 
     name: str
     namespace: str
+    uid: str = ""                    # from the create (or adoption) reply; "" when unknown
     secrets: tuple[str, ...] = ()
     deleting: bool = False
+
+
+def _uid(pod: dict) -> str:
+    """The uid of a pod object the API returned ("" for none)."""
+    return (pod.get("metadata") or {}).get("uid") or ""
