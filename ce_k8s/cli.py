@@ -22,7 +22,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("info",), "ce_k8s.info.provider", "print the schedd cron output advertising cluster capacity"),
     (("demo",), "ce_k8s.sim.demo", "run pilots through the whole emulated path"),
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),
-    (("testbed", "real-condor"), "ce_k8s.sim.cli_realcondor", "a real HTCondor in a Debian 13 root (up/down/status)"),
+    (("testbed", "real-condor"), "ce_k8s.sim.cli_realcondor", "a real HTCondor 25 or 23.9 (up/down/status)"),
     (("status",), "ce_k8s.ops.status", "list routed pilots with their pods"),
     (("accounting",), "ce_k8s.ops.accounting", "summarise per-job history files (pilots, core-hours, CPU efficiency)"),
     (("doctor",), "ce_k8s.ops.doctor", "check a CE host end to end"),

@@ -1,12 +1,14 @@
 """`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.sim.realcondor).
 
-    ce-k8s testbed real-condor up [--poll S] [--nodes SPEC] [--state DIR] [--root DIR]
-    ce-k8s testbed real-condor down [--state DIR] [--root DIR]
-    ce-k8s testbed real-condor status [--json] [--state DIR] [--root DIR]
+    ce-k8s testbed real-condor up [--htcondor 25|23] [--poll S] [--nodes SPEC] [--state DIR] [--root DIR]
+    ce-k8s testbed real-condor down [--htcondor 25|23] [--state DIR] [--root DIR]
+    ce-k8s testbed real-condor status [--htcondor 25|23] [--json] [--state DIR] [--root DIR]
 
-Needs root. `up` builds and caches the Debian 13 root on first use (about 30 s), then starts the
-Kubernetes emulator and condor_master (collector, CE schedd, job router, factory schedd, the
-ce-k8s agent); `down` stops all of it and undoes the mounts. docs/real-condor.md.
+Needs root. `up` builds and caches the Debian root of the chosen HTCondor on first use (about a
+minute): 25.14.1 from sid (the default: HTCondor-CE 25's HTCondor, the one `ce-k8s route` models)
+or 23.9.6 from Debian 13; then it starts the Kubernetes emulator and condor_master (collector, CE
+schedd, job router, factory schedd, the ce-k8s agent); `down` stops all of it and undoes the
+mounts. docs/real-condor.md.
 """
 
 from __future__ import annotations
@@ -17,13 +19,18 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ce_k8s.sim.realcondor import DEFAULT_NODES, ROOT_CACHE, STATE_DIR
+    from ce_k8s.sim.realcondor import DEFAULT_HTCONDOR, DEFAULT_NODES, STATE_DIR, VERSIONS, default_root
 
     parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("--htcondor", choices=tuple(VERSIONS), default=DEFAULT_HTCONDOR,
+                        help="which HTCondor: " + ", ".join(f"{k} = {f.version} from Debian's {f.suite}"
+                                                             for k, f in VERSIONS.items())
+                        + f" (default {DEFAULT_HTCONDOR})")
     parser.add_argument("--state", default=str(STATE_DIR), metavar="DIR",
                         help=f"state directory, bind-mounted into the root (default {STATE_DIR})")
-    parser.add_argument("--root", default=str(ROOT_CACHE), metavar="DIR",
-                        help=f"the cached Debian 13 root (default {ROOT_CACHE})")
+    parser.add_argument("--root", metavar="DIR",
+                        help="the cached Debian root of that HTCondor (default "
+                             + ", ".join(f"{default_root(k)} for {k}" for k in VERSIONS) + ")")
     parser.add_argument("--poll", type=int, default=2, metavar="S", help="JOB_ROUTER_POLLING_PERIOD (default 2)")
     parser.add_argument("--nodes", default=DEFAULT_NODES, metavar="SPEC", help="simulated node pools")
     parser.add_argument("--time-scale", type=float, default=0.05, metavar="X",
@@ -38,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ce-k8s testbed: {msg}\n")
         sys.stderr.flush()
 
-    env = RealCondor(args.state, args.root)
+    try:
+        env = RealCondor(args.state, args.root, htcondor=args.htcondor)
+    except RealCondorError as exc:
+        sys.stderr.write(f"ce-k8s testbed real-condor {args.action}: {exc}\n")
+        return 2
     try:
         if args.action == "up":
             env.up(poll=args.poll, nodes=args.nodes, time_scale=args.time_scale, progress=progress)

@@ -1,15 +1,18 @@
-"""A real HTCondor (Debian 13's `condor` package) in a chroot, running ce-k8s's hooks and agent.
+"""A real HTCondor (Debian's `condor` package, 25.x or 23.9) in a chroot, running ce-k8s's hooks and agent.
 
-    ce-k8s testbed real-condor up|down|status [--state DIR] [--root DIR] [--json]
+    ce-k8s testbed real-condor up|down|status [--htcondor 25|23] [--state DIR] [--root DIR] [--json]
 
 Everything HTCondor does here is the real daemons' work: condor_master, a collector, the CE
 schedd, condor_job_router, the gridmanager and BLAH, and a second schedd that plays a
 GlideinWMS factory submitting over HTCondor-C. Only Kubernetes is emulated (`ce-k8s sim
 serve`, outside the root). docs/real-condor.md describes the layout; in short:
 
-* **The root** is built once by `debootstrap --variant=minbase trixie` plus `apt-get install
-  condor python3` and cached (`/var/cache/ce-k8s/condor-trixie`, ~560 MB; rebuilt only when its
-  marker file is missing). Needs root; installs Debian's `debootstrap` with apt when missing.
+* **The root** is built once per HTCondor version by `debootstrap --variant=minbase <suite>` plus
+  `apt-get install condor python3` and cached: HTCondor 25 (the default, what HTCondor-CE 25 and
+  `ce-k8s route` model) from Debian's sid, `/var/cache/ce-k8s/condor-sid`; HTCondor 23.9 from
+  Debian 13 (trixie), `/var/cache/ce-k8s/condor-trixie`. The version is pinned (`VERSIONS`): a
+  suite that no longer carries it is an error naming the suite and what it has. Rebuilt only when
+  its marker file is missing. Needs root; installs Debian's `debootstrap` with apt when missing.
 * **The state directory** (`/var/tmp/ce-k8s-real-condor`) is bind-mounted into the root at the
   same path, so every path in it means the same file inside and out: the CE spool (routed ads
   name sandbox files there), the agent's socket and output, the kubeconfig, logs and pid files.
@@ -41,11 +44,36 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ROOT_CACHE = Path(os.environ.get("CE_K8S_REAL_CONDOR_ROOT", "/var/cache/ce-k8s/condor-trixie"))
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One HTCondor the bed can run: the Debian suite that carries it and the version it must be.
+
+    The version is pinned because every finding in docs/real-condor.md is tied to one: a suite
+    that moves on (sid does) must fail loudly, not silently test another HTCondor.
+    """
+
+    htcondor: str       # the `--htcondor` name: the major version
+    suite: str          # Debian suite for debootstrap and apt
+    version: str        # the upstream version the suite must carry (`condor_version`'s)
+    root: Path          # where its root is cached
+
+
+_CACHE = Path("/var/cache/ce-k8s")
+VERSIONS: dict[str, Flavour] = {
+    "25": Flavour("25", "sid", "25.14.1", _CACHE / "condor-sid"),
+    "23": Flavour("23", "trixie", "23.9.6", _CACHE / "condor-trixie"),
+}
+DEFAULT_HTCONDOR = "25"   # HTCondor-CE 25 runs on HTCondor 25; `ce-k8s route` models 25.14.1
+# CE_K8S_REAL_CONDOR_ROOT overrides the default version's root only (a path holds one version)
+ROOT_CACHE = Path(os.environ.get("CE_K8S_REAL_CONDOR_ROOT", str(VERSIONS[DEFAULT_HTCONDOR].root)))
 # /var/tmp: the state must outlive the `up` command; it is recreated root-owned 0755 on every `up`
 STATE_DIR = Path(os.environ.get("CE_K8S_REAL_CONDOR_STATE", "/var/tmp/ce-k8s-real-condor"))  # noqa: S108
-SUITE = "trixie"
 PACKAGES = ("condor", "python3")
+# sid's Release file on a snapshot mirror is past its Valid-Until date (sid's files are valid for a
+# week only); apt refuses such a file unless told. debootstrap checks the signature, not the date.
+APT_OPTIONS = ("-o", "Acquire::Check-Valid-Until=false")
 MARKER = ".ce-k8s-root"             # written last: a root without it is rebuilt
 PKG_MOUNT = "/opt/ce-k8s/lib"        # the hooks' sys.path entry inside the root
 HOOK_DIR = "/usr/libexec/ce-k8s"     # the launchers, inside the root (0755: the router refuses
@@ -86,10 +114,60 @@ def require_root() -> None:
                               "run it as root, e.g. `sudo ce-k8s testbed real-condor up`")
 
 
-def build_root(path: Path = ROOT_CACHE, progress=print) -> Path:
-    """The cached Debian 13 root with HTCondor, built once (idempotent; about 30 s and 560 MB)."""
+def flavour(htcondor: str) -> Flavour:
+    """The Flavour for `--htcondor` (``25``, ``23``; a full version such as ``25.14.1`` also names one)."""
+    for f in VERSIONS.values():
+        if htcondor in (f.htcondor, f.version):
+            return f
+    raise RealCondorError(f"no HTCondor {htcondor!r} in the test bed: choose one of {', '.join(VERSIONS)}")
+
+
+def default_root(htcondor: str = DEFAULT_HTCONDOR) -> Path:
+    """Where the root of `htcondor` is cached (CE_K8S_REAL_CONDOR_ROOT moves the default one)."""
+    f = flavour(htcondor)
+    return ROOT_CACHE if f.htcondor == DEFAULT_HTCONDOR else f.root
+
+
+def root_marker(path: Path) -> dict[str, object] | None:
+    """What a built root holds (suite, condor_version line, upstream version), or None if unbuilt."""
+    try:
+        return json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _upstream(debian_version: str) -> str:
+    """`25.14.1+dfsg-1` → `25.14.1`: Debian's revision and repack suffix are not HTCondor's."""
+    version = debian_version.split(":", 1)[-1]
+    return version.split("-", 1)[0].split("+", 1)[0].split("~", 1)[0]
+
+
+def _candidate(root: Path, env: dict[str, str]) -> str:
+    """The `condor` version apt in the root would install (apt-cache policy's Candidate)."""
+    out = _run(["chroot", str(root), "apt-cache", *APT_OPTIONS, "policy", "condor"], env=env).stdout
+    for line in out.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key == "Candidate":
+            return value.strip()
+    return "(none)"
+
+
+def build_root(path: Path | None = None, progress=print, htcondor: str = DEFAULT_HTCONDOR) -> Path:
+    """The cached Debian root with HTCondor `htcondor`, built once (idempotent; about a minute, 600 MB).
+
+    The suite's `condor` must be the pinned upstream version (`VERSIONS`): the apt candidate is
+    checked before installing and `condor_version` after, so a suite that moved on is an error that
+    names the suite and the version it now has, never a silent test of another HTCondor.
+    """
     require_root()
-    if (path / MARKER).exists():
+    f = flavour(htcondor)
+    path = Path(path) if path is not None else default_root(f.htcondor)
+    marker = root_marker(path)
+    if marker is not None:
+        if marker.get("version") not in (None, f.version) or marker.get("suite") != f.suite:
+            raise RealCondorError(f"{path} holds HTCondor {marker.get('version') or marker.get('condor')} "
+                                  f"from {marker.get('suite')}, not {f.version} from {f.suite}: give another "
+                                  f"--root, or remove {path} to rebuild it")
         return path
     if shutil.which("debootstrap") is None:
         progress("installing Debian's debootstrap with apt-get")
@@ -101,16 +179,35 @@ def build_root(path: Path = ROOT_CACHE, progress=print) -> Path:
         _unmount_below(tmp)
         shutil.rmtree(tmp)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"debootstrap --variant=minbase {SUITE} {tmp}")
-    _run(["debootstrap", "--variant=minbase", SUITE, str(tmp)], timeout=1200)
+    started = time.monotonic()
+    progress(f"debootstrap --variant=minbase {f.suite} {tmp}")
+    _run(["debootstrap", "--variant=minbase", f.suite, str(tmp)], timeout=1200)
     shutil.copy("/etc/resolv.conf", tmp / "etc/resolv.conf")
-    progress(f"apt-get install {' '.join(PACKAGES)} (in the root)")
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C"}
-    _run(["chroot", str(tmp), "apt-get", "update", "-qq"], env=env, timeout=600)
-    _run(["chroot", str(tmp), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-         env=env, timeout=1200)
-    version = _run(["chroot", str(tmp), "condor_version"], env=env).stdout.split("\n")[0]
-    (tmp / MARKER).write_text(json.dumps({"suite": SUITE, "packages": PACKAGES, "condor": version}) + "\n")
+    _run(["chroot", str(tmp), "apt-get", *APT_OPTIONS, "update", "-qq"], env=env, timeout=600)
+    candidate = _candidate(tmp, env)
+    if _upstream(candidate) != f.version:
+        raise RealCondorError(f"Debian's {f.suite} now has condor {candidate}, not the HTCondor {f.version} "
+                              f"the test bed pins for --htcondor {f.htcondor} (VERSIONS in "
+                              "ce_k8s/sim/realcondor.py): re-run the real-HTCondor tests on the new version "
+                              "and update the pin and docs/real-condor.md")
+    progress(f"apt-get install condor={candidate} python3 (in the root)")
+    # sid's maintainer scripts run systemd-tmpfiles (cryptsetup-bin, a dependency of condor 25's
+    # package), which refuses to run without /proc; trixie's do not need it
+    proc_dir = tmp / "proc"
+    _run(["mount", "-t", "proc", "proc", str(proc_dir)])
+    try:
+        _run(["chroot", str(tmp), "apt-get", *APT_OPTIONS, "install", "-y", "-qq", "--no-install-recommends",
+              f"condor={candidate}", *PACKAGES[1:]], env=env, timeout=1200)
+    finally:
+        _unmount_below(tmp)
+    line = _run(["chroot", str(tmp), "condor_version"], env=env).stdout.split("\n")[0]
+    found = line.split()[1] if len(line.split()) > 1 else line
+    if found != f.version:
+        raise RealCondorError(f"condor_version in the {f.suite} root says {line!r}, not {f.version}")
+    (tmp / MARKER).write_text(json.dumps({"suite": f.suite, "packages": PACKAGES, "condor": line,
+                                          "version": f.version, "debian": candidate,
+                                          "build_s": round(time.monotonic() - started, 1)}) + "\n")
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
@@ -302,9 +399,11 @@ class State:
 class RealCondor:
     """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
 
-    def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str = ROOT_CACHE) -> None:
+    def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str | None = None,
+                 htcondor: str = DEFAULT_HTCONDOR) -> None:
+        self.flavour = flavour(htcondor)
         self.state_dir = Path(state_dir).absolute()
-        self.root = Path(root).absolute()
+        self.root = Path(root if root is not None else default_root(self.flavour.htcondor)).absolute()
         self.state_file = self.state_dir / "state.json"
 
     # -------------------------------------------------------------------------- paths
@@ -392,7 +491,7 @@ class RealCondor:
                                   f"`ce-k8s testbed real-condor down --state {self.state_dir}` first")
         if current is not None:
             self.down(progress=progress)
-        build_root(self.root, progress=progress)
+        build_root(self.root, progress=progress, htcondor=self.flavour.htcondor)
         self._fresh_state_dir()
         mounts: list[str] = []
         state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time())
@@ -612,6 +711,7 @@ class RealCondor:
         """Stop everything `up` started and undo its mounts; safe to call twice."""
         require_root()
         state = State.load(self.state_file)
+        self._follow(state)
         report: dict[str, object] = {"condor_off": False, "killed": 0, "unmounted": 0}
         if state is not None and _alive(state.master_pid):
             off = self.run(["condor_off", "-master"], check=False, timeout=30)
@@ -644,14 +744,22 @@ class RealCondor:
         progress(f"real HTCondor down: {report}")
         return report
 
+    def _follow(self, state: State | None) -> None:
+        """`down`/`status` act on the root that `up` used, whatever `--htcondor` says now: the
+        state directory knows which one it mounted."""
+        if state is not None and state.root and Path(state.root) != self.root:
+            self.root = Path(state.root)
+
     def status(self) -> dict[str, object]:
         state = State.load(self.state_file)
+        self._follow(state)
         built = (self.root / MARKER).exists()
         out: dict[str, object] = {"root": str(self.root), "built": built, "state": str(self.state_dir),
                                   "up": False}
         if built:
-            with contextlib.suppress(OSError, ValueError):
-                out["condor"] = json.loads((self.root / MARKER).read_text()).get("condor")
+            marker = root_marker(self.root) or {}
+            out["condor"] = marker.get("condor")
+            out["suite"] = marker.get("suite")
         if state is None:
             return out
         out.update(up=_alive(state.master_pid), master_pid=state.master_pid, sim=_alive(state.sim_pid),

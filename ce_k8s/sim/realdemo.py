@@ -73,7 +73,14 @@ class RealDemo:
 
     # ------------------------------------------------------------------ submission
     def submit_description(self, pilots: list[tuple[int, Pilot]]) -> str:
-        """One submit description for pilots of one shape: shared lines, then per-pilot lines + queue."""
+        """One submit description for pilots of one shape: shared lines, then one queue statement.
+
+        One `queue DemoIndex,DemoScenario from (...)` with a line per pilot, not a queue statement per
+        pilot: HTCondor 25's condor_submit refuses a second queue statement ("Extra data found after
+        queue statement": SUBMIT_PREVENT_MULTI_QUEUE defaults to true, submit.cpp; 23.9 only warned
+        that multiple queue statements are deprecated). The last variable takes the rest of the
+        line, so a scenario's spaces survive; scenarios have no double quotes (ce_k8s.sim.pilots).
+        """
         first = pilots[0][1]
         lines = ["executable = pilot.sh", "arguments = -v std -name gfactory_instance",
                  "transfer_input_files = idtoken", "should_transfer_files = YES", "when_to_transfer_output = ON_EXIT",
@@ -87,9 +94,13 @@ class RealDemo:
         for name in SHAPE_ATTRS:
             if name in first.ad:
                 lines.append(f"+{name} = {_literal(first.ad[name])}")
+        lines += ['+DemoScenario = "$(DemoScenario)"', "+DemoIndex = $(DemoIndex)",
+                  "output = p$(DemoIndex).out", "error = p$(DemoIndex).err", "queue DemoIndex,DemoScenario from ("]
         for index, pilot in pilots:
-            lines += [f"+DemoScenario = {_literal(pilot.scenario)}", f"+DemoIndex = {index}",
-                      f"output = p{index}.out", f"error = p{index}.err", "queue 1"]
+            if '"' in pilot.scenario or "\n" in pilot.scenario:
+                raise ValueError(f"pilot {index}: a scenario cannot hold a double quote or a newline")
+            lines.append(f"{index} {pilot.scenario}")
+        lines.append(")")
         return "\n".join(lines) + "\n"
 
     def submit(self, pilots: list[Pilot]) -> None:

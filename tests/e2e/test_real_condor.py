@@ -1,6 +1,9 @@
-"""The real HTCondor is the judge: ce-k8s under Debian 13's condor 23.9 (ce_k8s.sim.realcondor).
+"""The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.sim.realcondor).
 
-One environment for the module (`ce-k8s testbed real-condor up`, torn down at the end): the real
+One environment per HTCondor version (`ce-k8s testbed real-condor up --htcondor 25|23`, torn down
+before the next): every test runs on 25 (what HTCondor-CE 25 runs and `ce-k8s route` models);
+the inertness, restart and route-agreement tests run on 23.9 too (`ON_BOTH`), the behaviour
+docs/real-condor.md compares between the two. The real
 collector, CE schedd, condor_job_router, gridmanager and BLAH (in the worst case: BLAH accepts
 the `k8s` LRMS and records every call), a factory schedd submitting over HTCondor-C, and the
 ce-k8s agent under condor_master; only Kubernetes is emulated. Needs root, as CI runs; the root
@@ -22,13 +25,15 @@ from pathlib import Path
 import pytest
 
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.realcondor import ROOT_CACHE, RealCondor, RealCondorError, _alive, _processes_in
+from ce_k8s.sim.realcondor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
 from ce_k8s.sim.realdemo import RealDemo
 
 pytestmark = pytest.mark.slow
 
 HOLD_CODES_OOM = 34          # HTCondor's HoldReasonCode for a job over its memory (docs/holds.md)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: Tests that hold on every HTCondor the bed runs (docs/real-condor.md, "HTCondor 23.9 and 25").
+ON_BOTH = pytest.mark.parametrize("env", list(VERSIONS), indirect=True)
 
 
 def _wait(predicate, timeout: float = 90.0, poll: float = 0.5, what: str = ""):
@@ -41,15 +46,18 @@ def _wait(predicate, timeout: float = 90.0, poll: float = 0.5, what: str = ""):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
+@pytest.fixture(scope="module", params=[DEFAULT_HTCONDOR])
+def env(request):
+    """The bed of one HTCondor version (the default unless a test is `ON_BOTH`); pytest groups the
+    tests by version, so each version's bed is up once and down before the next comes up."""
     if os.geteuid() != 0:
         pytest.fail("the real-HTCondor tests need root (CI runs as root); see docs/real-condor.md")
-    state = Path("/var/tmp") / f"ce-k8s-real-condor-tests-{os.getpid()}"
-    bed = RealCondor(state, ROOT_CACHE)
-    other = [p for p in _processes_in(ROOT_CACHE)]
+    state = Path("/var/tmp") / f"ce-k8s-real-condor-tests-{os.getpid()}-{request.param}"
+    bed = RealCondor(state, htcondor=request.param)
+    root = bed.root
+    other = [p for p in _processes_in(root)]
     if other:
-        pytest.fail(f"{len(other)} processes already run in {ROOT_CACHE} (an environment is up?): "
+        pytest.fail(f"{len(other)} processes already run in {root} (an environment is up?): "
                     "`ce-k8s testbed real-condor down` first")
     try:
         bed.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
@@ -57,8 +65,8 @@ def env(tmp_path_factory):
         pytest.fail(f"the real HTCondor could not be brought up: {exc}")
     yield bed
     bed.down(progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
-    assert not _processes_in(ROOT_CACHE), "down left processes running in the root"
-    assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {ROOT_CACHE}/" in m]
+    assert not _processes_in(root), "down left processes running in the root"
+    assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {root}/" in m]
     shutil.rmtree(state, ignore_errors=True)       # the spools and logs of this run
 
 
@@ -149,6 +157,7 @@ def test_condor_rm_deletes_the_running_pod(env, factory):
 
 
 # --------------------------------------------------------------------------------------- restarts
+@ON_BOTH
 @pytest.mark.parametrize("daemons", [["schedd"], ["job_router"], ["schedd", "job_router"]],
                          ids=["schedd", "router", "both"])
 def test_restart_keeps_every_pilot_on_its_one_pod(env, daemons):
@@ -174,6 +183,7 @@ def test_restart_keeps_every_pilot_on_its_one_pod(env, daemons):
 
 
 # --------------------------------------------------------------------------------------- inertness
+@ON_BOTH
 def test_no_gridmanager_or_blah_ever_acts_on_a_kubernetes_job(env):
     """Worst case (BLAH accepts `k8s` and records every call): Kubernetes-routed pilots never reach
     a gridmanager or BLAH, while a batch route beside ours still goes to BLAH, untouched by us."""
@@ -239,6 +249,7 @@ def test_condor_master_restarts_the_agent_when_killed(env):
 
 
 # --------------------------------------------------------------------------------------- dry run
+@ON_BOTH
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.ad")))
 def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
     """`ce-k8s route` on the root's configuration routes every example pilot as the real
@@ -282,11 +293,8 @@ def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
 
 
 # ------------------------------------------------------------------ dry run on a stock HTCondor-CE
-#: The real router here is Debian 13's condor 23.9; `ce-k8s route` models the same version.
-REAL_VERSION = "23.9.6"
-
-
 def _real_router_version(env: RealCondor) -> str:
+    """The running root's HTCondor (`condor_version`); `ce-k8s route --htcondor-version` models it."""
     out = env.run(["condor_version"]).stdout
     return out.split()[1]
 
@@ -300,19 +308,21 @@ def stock_ces(env, stock_ce_layout):
     * ``batch``: every batch package installed, as shipped (the Slurm route is the enabled one);
     * ``k8s``: the same plus `ce-k8s install` (our knobs and routes, after every batch file).
 
-    One line is changed, and it does not touch routing: HTCondor-CE 25's
+    On 23.9 one line is changed, and it does not touch routing: HTCondor-CE 25's
     01-common-auth-defaults.conf says `use security:recommended`, a metaknob HTCondor 23.9 does not
-    have (its reader stops: "use security:recommended: does not recognise recommended"), so that line
-    is commented out in both copies; the knobs it sets are SEC_* only.
+    have (its reader stops: "use security:recommended: does not recognise recommended"; finding R11),
+    so that line is commented out in both copies; the knobs it sets are SEC_* only. HTCondor 25
+    reads the layout as shipped.
     """
-    assert _real_router_version(env) == REAL_VERSION
+    assert _real_router_version(env) == env.flavour.version
     made = {}
     for name in ("batch", "k8s"):
         ce = stock_ce_layout.copy_stock_ce(env.state_dir / "stock-ce" / name)
         auth = ce.defaults_dir / "01-common-auth-defaults.conf"
         text = auth.read_text()
         assert "use security:recommended" in text
-        auth.write_text(text.replace("use security:recommended", "# use security:recommended"))
+        if env.flavour.htcondor == "23":
+            auth.write_text(text.replace("use security:recommended", "# use security:recommended"))
         if name == "k8s":
             hooks = ce.root / "hooks"
             hooks.mkdir()
@@ -325,7 +335,7 @@ def stock_ces(env, stock_ce_layout):
 
 
 def _real_routed(env: RealCondor, config: Path, ad_file: Path):
-    """The real 23.9 router's routed ad for one job, or None when no route takes it."""
+    """The real router's routed ad for one job (condor_job_router_info), or None when it gives none."""
     import classad2
 
     out = ad_file.with_suffix(".real")
@@ -337,11 +347,12 @@ def _real_routed(env: RealCondor, config: Path, ad_file: Path):
     return classad2.parseOne(text, classad2.ParserType.Old) if text.strip() else None
 
 
+@ON_BOTH
 @pytest.mark.parametrize("layout", ["batch", "k8s"])
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.ad")))
 def test_ce_k8s_route_agrees_with_the_real_router_on_a_stock_ce(env, stock_ces, layout, example):
     """On HTCondor-CE's own configuration, with the CE's condor_ce_router_defaults run by both,
-    `ce-k8s route --htcondor-version 23.9.6` gives every example pilot the route and the routed ad
+    `ce-k8s route --htcondor-version <the root's version>` gives every example pilot the route and the routed ad
     attribute by attribute (Environment included) that the real condor_job_router_info gives;
     a Kubernetes route's ad differs only by what our translate hook sets (the tool runs no hook)."""
     from ce_k8s.condor.routing import submit_edits
@@ -355,7 +366,7 @@ def test_ce_k8s_route_agrees_with_the_real_router_on_a_stock_ce(env, stock_ces, 
                                if not ln.startswith("#")))
     real_ad = _real_routed(env, ce.condor_config, ad_file)
     proc = subprocess.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "route", "--config", str(ce.condor_config),
-                           "--htcondor-version", REAL_VERSION, "--jobads", str(ad_file), "--json"],
+                           "--htcondor-version", env.flavour.version, "--jobads", str(ad_file), "--json"],
                           capture_output=True, text=True, check=False)
     ours = json.loads(proc.stdout)[0]
     assert proc.returncode == 0, proc.stderr
