@@ -8,6 +8,17 @@ kubelet's Summary API (stats/v1alpha1), read through the API server's node proxy
 `cpu.usageCoreNanoSeconds` (cumulative CPU time) and `memory.rssBytes` / `memory.workingSetBytes`
 / `memory.usageBytes`. The summary has no peak memory, so the peak is the largest value seen.
 
+Wall time (docs/accounting.md "Wall time and the CPU bound"): the container timestamps have whole
+seconds (a real kubelet writes RFC 3339 without a fraction, and the API server keeps whole seconds),
+so a pilot that started and ended within one second shows `startedAt == finishedAt`. An attempt
+that ran is charged at least that second, never 0. A CPU time above wall × cores is the finer
+evidence that the truncated timestamps hid up to a second: the wall is then one second longer. CPU
+time that even that cannot explain (a pod without a CPU limit that used more than it requested) is
+capped at wall × cores, and the record and the log say so, with the kubelet's figure. When the wall
+gets a second the timestamps hid, so does the end (CompletionDate - JobStartDate stays the wall).
+The unit stays the second because APEL's script reads `RemoteWallClockTime` with `%lld`: a fraction would reach its
+batch record as 0.
+
 When it is read: every `interval` seconds for the nodes that run our pods (one request per node,
 whatever its pod count), at once when a pod starts terminating (a deleted pod's stats vanish with
 it), and once more when it has finished (the final cumulative CPU). A pod that ends between two
@@ -56,6 +67,11 @@ NODES_REFRESH = 600.0
 COALESCE = 0.2          # seconds a final read waits for others on the same node
 SETTLE_WAIT = 30.0      # seconds a completion may wait for its attempt's final read
 
+# Where an attempt's wall time comes from (history `K8sWallClockSource`; docs/accounting.md).
+WALL_TIMESTAMPS = "timestamps"      # finishedAt - startedAt, whole seconds
+WALL_MINIMUM = "minimum"            # both in the same second: the attempt ran, so it is charged that second
+WALL_CPU = "cpu"                    # one second more than the timestamps: the CPU time proves it ran that long
+
 
 @dataclass(slots=True)
 class AttemptUsage:
@@ -90,6 +106,35 @@ class AttemptRecord:
     outcome: str                    # completed, failed, evicted, deleted
     scaling: float | None
     specs: dict[str, float]
+    wall_source: str = WALL_TIMESTAMPS  # which rule gave `wall` (`charge`)
+    cpu_reported: float | None = None   # the kubelet's CPU seconds when `cpu_seconds` was capped to wall × cores
+
+
+def attempt_wall(start: int, end: int) -> tuple[float, str]:
+    """(wall seconds, source) of an attempt whose pilot container ran from `start` to `end`
+    (epoch seconds, truncated as the kubelet's timestamps are). Never 0: a container that started
+    and ended within one second ran, and APEL reads the attribute as an integer (`%lld`)."""
+    whole = max(end - start, 0)
+    if whole == 0:
+        return 1.0, WALL_MINIMUM
+    return float(whole), WALL_TIMESTAMPS
+
+
+def charge(start: int, end: int, cpu: float | None, cores: int) -> tuple[float, str, float | None, float | None]:
+    """(wall, wall source, CPU seconds, the kubelet's CPU seconds if they were capped) of an attempt.
+
+    Invariants (docs/accounting.md "Wall time and the CPU bound"): the wall is at least one second,
+    and the CPU is never more than wall × `cores`. Both timestamps are truncated to the second, so
+    the attempt ran for less than `end - start + 1` seconds: when the CPU needs that extra second,
+    the wall gets it (WALL_CPU). What even that cannot explain is capped, and returned as reported.
+    """
+    wall, source = attempt_wall(start, end)
+    if cpu is None or cpu <= wall * cores:
+        return wall, source, cpu, None
+    longest = float(max(end - start, 0) + 1)
+    if cpu <= longest * cores:
+        return longest, WALL_CPU, cpu, None
+    return wall, source, wall * cores, cpu
 
 
 def _max_seen(old: int, new: object) -> int:
@@ -314,13 +359,17 @@ class UsageCollector:
             end = int(u.ended or time.time())
         end = max(end, start)
         scaling, specs = self.node_benchmark(pod.node)
-        cpu = None if u.cpu_ns is None else u.cpu_ns / 1e9
+        cores = max(1, math.ceil(pod.cpu_request - 1e-9)) if pod.cpu_request else 1
+        wall, source, cpu, reported = charge(start, end, None if u.cpu_ns is None else u.cpu_ns / 1e9, cores)
+        if source != WALL_TIMESTAMPS:
+            # The wall has the second the truncated `finishedAt` hid: so has the end, which keeps
+            # CompletionDate - JobStartDate == RemoteWallClockTime (the true end is before end + 1).
+            end = start + int(wall)
         return AttemptRecord(
-            pod=pod, start=start, end=end, wall=float(end - start), cpu_seconds=cpu,
+            pod=pod, start=start, end=end, wall=wall, cpu_seconds=cpu,
             rss_kib=math.ceil(u.rss_peak / 1024), image_kib=math.ceil(max(u.usage_peak, u.working_set_peak) / 1024),
-            cores=max(1, math.ceil(pod.cpu_request - 1e-9)) if pod.cpu_request else 1,
-            memory_mb=math.ceil(pod.memory_request / 2**20) if pod.memory_request else 0,
-            outcome=outcome_of(pod), scaling=scaling, specs=specs)
+            cores=cores, memory_mb=math.ceil(pod.memory_request / 2**20) if pod.memory_request else 0,
+            outcome=outcome_of(pod), scaling=scaling, specs=specs, wall_source=source, cpu_reported=reported)
 
     def read_summary(self, node: str) -> bool:
         """One Summary API read of `node`, folded into the pods' usage; False when it failed."""
@@ -452,6 +501,8 @@ def history_ad(record: AttemptRecord, ce_name: str, identity: dict[str, str] | N
     time unknown → `RemoteUserCpu = 0.0` with `K8sCpuUsageKnown = false`: the APEL batch record
     needs a number in that column (an undefined one drops the field and breaks the record), and
     0.0 is what HTCondor's own history holds for a grid job nobody reported usage for.
+    `K8sWallClockSource` names the rule that gave the wall time, and `K8sCpuCapped` whether the CPU
+    time was capped to wall × cores (then `K8sCpuReported` is the kubelet's figure; `charge`).
     """
     pod = record.pod
     cluster, _, proc = (pod.source_job or "").partition(".")
@@ -473,6 +524,8 @@ def history_ad(record: AttemptRecord, ce_name: str, identity: dict[str, str] | N
         "RemoteUserCpu": round(record.cpu_seconds, 3) if record.cpu_seconds is not None else 0.0,
         "RemoteSysCpu": 0.0,
         "K8sCpuUsageKnown": record.cpu_seconds is not None,
+        "K8sWallClockSource": record.wall_source,
+        "K8sCpuCapped": record.cpu_reported is not None,
         "ResidentSetSize_RAW": record.rss_kib,
         "ResidentSetSize": record.rss_kib,
         "ImageSize_RAW": record.image_kib,
@@ -492,6 +545,8 @@ def history_ad(record: AttemptRecord, ce_name: str, identity: dict[str, str] | N
     }
     if routed_job:
         ad["K8sRoutedJobId"] = routed_job
+    if record.cpu_reported is not None:
+        ad["K8sCpuReported"] = round(record.cpu_reported, 3)
     if pod.exit_code is not None:
         ad["ExitCode"] = pod.exit_code
     if record.scaling is not None:

@@ -43,7 +43,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ce_k8s import protocol
 from ce_k8s.agent import adtext
-from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, history_ad, routed_attrs
+from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, attempt_wall, history_ad, routed_attrs
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
 from ce_k8s.agent.credentials import CredentialRefresher, CredentialState
@@ -794,9 +794,15 @@ class Agent:
     def _attempt_settled(self, record) -> None:
         """An attempt's usage is final: write its per-job history file (once; retried by the GC)."""
         pod = record.pod
-        log.info("%s", fields(event="attempt-accounted", job=self._job_for(pod.name), pod=pod.name, node=pod.node,
-                              outcome=record.outcome, wall_s=record.wall,
+        job = self._job_for(pod.name)
+        log.info("%s", fields(event="attempt-accounted", job=job, pod=pod.name, node=pod.node,
+                              outcome=record.outcome, wall_s=record.wall, wall_source=record.wall_source,
                               cpu_s=None if record.cpu_seconds is None else round(record.cpu_seconds, 1)))
+        if record.cpu_reported is not None:
+            # docs/accounting.md "Wall time and the CPU bound": never more CPU than wall × cores.
+            log.warning("%s", fields(event="cpu-capped", job=job, pod=pod.name, node=pod.node,
+                                     reported_s=round(record.cpu_reported, 3), wall_s=record.wall, cores=record.cores,
+                                     capped_s=round(record.cpu_seconds or 0.0, 3)))
         if self.history is None:
             if self.settings.per_job_history_dir:
                 self._history_retry[pod.name] = record     # the directory may become usable (GC retries)
@@ -835,13 +841,18 @@ class Agent:
         record = self.usage.record(pod.name)
         if record is not None:
             out.update(routed_attrs(record))
-            wall = record.wall
+            wall, end = record.wall, record.end
         else:
-            # An eviction or a hold is reported at once: its wall time is the pod's own; its CPU and
-            # memory reach the history file when the collector has settled the attempt.
-            end = pod.finished_at or int(now)
-            wall = float(max(end - pod.started_at, 0))
+            # An eviction or a hold is reported at once: its wall time is the pod's own (at least a
+            # second: it ran); its CPU and memory reach the history file when the collector has
+            # settled the attempt.
+            wall, _source = attempt_wall(pod.started_at, pod.finished_at or int(now))
+            end = pod.started_at + int(wall)
             out.update({"JobCurrentStartDate": pod.started_at, "LastRemoteHost": pod.node})
+        if "CompletionDate" in out:
+            # The end that goes with the wall time (docs/accounting.md "Wall time and the CPU bound"):
+            # later than the pod's `finishedAt` only by the second its truncation hid.
+            out["CompletionDate"] = end
         try:
             base = float(adtext.unquote(attrs.get("remotewallclocktime")) or 0.0)
         except ValueError:

@@ -7,12 +7,18 @@ kubelet's Summary API reported for it (the simulated usage meters). `AttemptWitn
 from the store's own event stream (a server-side listener: injected faults cannot hide an event),
 and `check()` reads the history files the way HTCondor-CE's APEL script does (`condor_q -job FILE
 -format ...` projections, `ce_k8s.ops.accounting.apel_fields`) and compares.
+
+`check_invariants()` is the part that needs no witness: what every record must keep on its own
+(docs/accounting.md "Wall time and the CPU bound"). An attempt that ran never has a zero wall time,
+and never more CPU time than wall time × cores. Both rules are checked on the values the file
+holds and on the integers APEL's script makes of them (`%lld`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,19 +92,62 @@ def wait_for_files(directory: Path, expected: int, timeout: float = 20.0) -> int
         time.sleep(0.2)
 
 
-def check(directory: Path, witness: AttemptWitness) -> dict[str, object]:
-    """Every attempt that ran has one complete history file whose wall time matches its life on
-    the emulator (±1 s) and whose CPU time is at most what the kubelet simulator reported."""
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def check_invariants(directory: Path, records: list | None = None) -> dict[str, object]:
+    """The rules each history file keeps on its own (module docstring), whatever cluster ran the
+    attempt: complete for APEL (`incomplete`), a wall time of at least one second (`wall_zero`;
+    only attempts that ran have a file), CPU at most wall × `RequestCpus` (`cpu_over_wall`). Also
+    counted: which rule gave each wall time (`wall_sources`) and how many CPU times were capped
+    (`cpu_capped`). The keys that only a witness can fill (`check`) are None. `records`: the
+    directory's files, already read."""
     from ce_k8s.ops.accounting import apel_fields, read_history
+
+    records = read_history(directory) if records is None else records
+    incomplete, wall_zero, cpu_over_wall, capped = [], [], [], []
+    sources: Counter[str] = Counter()
+    for rec in records:
+        ad = rec.ad
+        wall, cpu, cores = (_number(ad.get(k)) for k in ("RemoteWallClockTime", "RemoteUserCpu", "RequestCpus"))
+        sources[str(ad.get("K8sWallClockSource") or "unnamed")] += 1
+        if ad.get("K8sCpuCapped") is True:
+            capped.append(rec.path.name)
+        apel = apel_fields(ad)
+        if apel is None:
+            incomplete.append(rec.path.name)
+            apel_wall = apel_cpu = apel_cores = None
+        else:        # what APEL's batch record holds: `%lld` of each
+            apel_wall, apel_cpu, apel_cores = (int(apel[k]) for k in ("RemoteWallClockTime", "RemoteUserCpu",
+                                                                      "RequestCpus"))
+        if wall <= 0 or (apel_wall is not None and apel_wall < 1):
+            wall_zero.append(rec.path.name)
+        if ad.get("K8sCpuUsageKnown") is True and (
+                cpu > wall * max(cores, 1) + 1e-3
+                or (apel_wall is not None and apel_cpu > apel_wall * max(apel_cores, 1))):
+            cpu_over_wall.append(rec.path.name)
+    return {
+        "dir": str(directory), "files": len(records), "incomplete": len(incomplete), "wall_zero": len(wall_zero),
+        "cpu_over_wall": len(cpu_over_wall), "cpu_capped": len(capped), "wall_sources": dict(sorted(sources.items())),
+        "attempts_ran": None, "missing": None, "duplicates": None, "wall_mismatch": None,
+        "cpu_over_reported": None, "cpu_unknown": None,
+        "ok": not (incomplete or wall_zero or cpu_over_wall),
+    }
+
+
+def check(directory: Path, witness: AttemptWitness) -> dict[str, object]:
+    """Every attempt that ran has one history file that keeps the invariants (`check_invariants`),
+    whose wall time matches its life on the emulator (±1 s) and whose CPU time is at most what the
+    kubelet simulator reported."""
+    from ce_k8s.ops.accounting import read_history
 
     ran = witness.ran()
     records = read_history(directory)
+    invariants = check_invariants(directory, records)
     by_uid: dict[str, list] = {}
-    incomplete = []
     for rec in records:
         by_uid.setdefault(str(rec.ad.get("K8sPodUid") or ""), []).append(rec)
-        if apel_fields(rec.ad) is None:
-            incomplete.append(rec.path.name)
     missing = [a.name for uid, a in ran.items() if uid not in by_uid]
     duplicates = [recs[0].path.name for recs in by_uid.values() if len(recs) > 1]
     wall_off, cpu_over, cpu_unknown = [], [], []
@@ -115,8 +164,9 @@ def check(directory: Path, witness: AttemptWitness) -> dict[str, object]:
         elif float(ad.get("RemoteUserCpu") or 0.0) > a.cpu_ns / 1e9 + 1e-3:
             cpu_over.append(recs[0].path.name)
     return {
-        "dir": str(directory), "attempts_ran": len(ran), "files": len(records), "missing": len(missing),
-        "duplicates": len(duplicates), "incomplete": len(incomplete), "wall_mismatch": len(wall_off),
+        **invariants, "attempts_ran": len(ran), "files": len(records), "missing": len(missing),
+        "duplicates": len(duplicates), "wall_mismatch": len(wall_off),
         "cpu_over_reported": len(cpu_over), "cpu_unknown": len(cpu_unknown),
-        "ok": not (missing or duplicates or incomplete or wall_off or cpu_over) and len(records) == len(ran),
+        "ok": (bool(invariants["ok"]) and not (missing or duplicates or wall_off or cpu_over)
+               and len(records) == len(ran)),
     }
