@@ -137,7 +137,9 @@ def _json_result(res: JobResult) -> dict[str, object]:
     obj: dict[str, object] = {
         "job": res.job,
         "route": res.route,
-        "routed_ad": wire.to_json_dict(res.ad) if res.ad is not None and res.route is not None else {},
+        # null whenever the router submits no routed job: no route, or the route's transforms (or a
+        # pre/post-route transform) failed and the router gave the job up (the errors say which)
+        "routed_ad": wire.to_json_dict(res.ad) if res.ad is not None and res.route is not None else None,
         "errors": list(res.errors),
     }
     if res.route is None:
@@ -155,6 +157,8 @@ def _json_result(res: JobResult) -> dict[str, object]:
         obj["pod_error"] = {"code": res.pod_error[0], "message": res.pod_error[1]}
     if res.route is not None:
         obj["kubernetes"] = res.kubernetes
+        # whether the router submits a routed job for it at all (False: it gives the job up)
+        obj["submitted"] = res.ad is not None
     if res.notes:
         obj["notes"] = list(res.notes)
     obj["diagnostics"] = [{"file": d.file, "line": d.line, "severity": str(d.severity), "message": d.message}

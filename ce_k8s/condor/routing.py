@@ -719,8 +719,11 @@ class RouterConfig:
             except (TransformError, MacroError) as exc:
                 message = exc.message if isinstance(exc, TransformError) else str(exc)
                 where = exc.origin if isinstance(exc, TransformError) else transform.origin
-                result.add(Severity.ERROR, f"job {jid}: JobRouter failure in {what} {transform.name}: {message}; "
-                           f"{ABANDONED}", where)
+                # the route and the failing transform both named: a post-route transform fails the
+                # jobs of every route it applies to, and the route is what `route --json` shows
+                by = "" if transform is route else f" routed by {route.name}"
+                result.add(Severity.ERROR, f"job {jid}{by}: JobRouter failure in {what} {transform.name}: "
+                           f"{message}; {ABANDONED}", where)
                 result.failed = True
                 return result
         if in_place:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import classad2
 
+from ce_k8s.condor.config import PLUS_EQUALS_SINCE, parse_version
 from ce_k8s.condor.diagnostics import Diagnostic, Severity
 from ce_k8s.condor.wire import unparse_old
 from ce_k8s.condor.xform_cond import ConditionContext, ConditionError, IfStack, test_condition
@@ -45,7 +46,7 @@ from ce_k8s.condor.xform_expr import (
     parse_old_expr,
     value_to_macro_text,
 )
-from ce_k8s.condor.xform_macros import MacroError, MacroSet, expand_macros
+from ce_k8s.condor.xform_macros import MacroError, MacroSet, expand_macros, expand_self
 
 # Re-exported: routing, check, the CLIs and the tests import these from here.
 __all__ = [
@@ -93,6 +94,16 @@ UNIVERSES: dict[str, int] = {
 }
 
 _ATTR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# is_valid_param_name (config.cpp): what a macro name may hold once its $(...) are expanded
+_MACRO_NAME = re.compile(r"[A-Za-z0-9_./]+")
+def _before_plus_equals(version: str) -> bool:
+    """Whether the modelled HTCondor predates `X += v` (config.py PLUS_EQUALS_SINCE)."""
+    try:
+        return parse_version(version) < PLUS_EQUALS_SINCE
+    except ValueError:
+        return False
+
+
 def universe_number(text: str) -> int:
     """CondorUniverseNumberEx: a number, or a case-insensitive universe name; 0 when unknown."""
     word = text.strip()
@@ -525,28 +536,45 @@ class Transform:
         log.info("transform %s", diag)
 
     def _assign(self, line: _Line, ad: classad2.ClassAd | None, macros: MacroSet, found: list[Diagnostic]) -> None:
+        """Parse_macros on a ``name = value`` line: when it runs, only the *name* is expanded in full
+        and the *value* only where it refers to itself (``expand_self_macro``); the rest of the
+        value is stored as written and expanded by the statement that uses it (docs/routes.md, "What
+        ce-k8s models of the transform language"; findings F3 to F7 in docs/real-condor.md)."""
         if not line.name:
             # Parse_macros refuses a line with nothing before its '=': the body is invalid, so a route
             # with it is never loaded; a lone submit '+' or '-' is accepted (both checked with
             # HTCondor's code through tests/condor/xform_oracle.py)
             raise self._error("a macro assignment has no name before its '='", line.lineno)
+        if line.plus is not None and _before_plus_equals(macros.version):
+            # before 25.11 Parse_macros knows no `+=`: the line is a statement whose keyword is the
+            # name, so the transform fails (a route with it is not loaded), seen on the real 23.9.6
+            raise self._error(f"{line.name} is not a valid transform keyword ('+=' came in HTCondor "
+                              f"{'.'.join(map(str, PLUS_EQUALS_SINCE))}; the modelled {macros.version} "
+                              "reads it as a statement)", line.lineno)
+        errors: list[str] = []
+        name = line.name
+        if "$" in name:
+            # `$(A)_X = 5` defines the macro that $(A) names *now* (Parse_macros: expand_macro(name))
+            name = expand_macros(name, macros, ad, errors)
+        if not name or (name[0] not in "+-" and not _MACRO_NAME.fullmatch(name)):
+            # is_valid_param_name fails: Parse_macros stops, so the transform fails (`A-B = 1` too)
+            for message in errors:
+                self._note(found, line, message)
+            raise self._error(f"Illegal Identifier: <{name}>", line.lineno)
         value = line.value
+        if name[0] in "+-":
+            # Submit syntax: `+Attr = x` / `-Attr =` set the macro MY.Attr (Parse_macros), raw, not the ad.
+            macros.set("MY." + name[1:], value if name[0] == "+" else "")
+            return
         if line.plus is not None:
-            current = macros.lookup(line.name)
+            current = macros.lookup(name)
             if current:
                 sep = " " if not line.plus else (f" {line.plus} " if len(line.plus) == 2 else line.plus)
                 value = current + sep + value
-        # A self reference (X = $(X) more) is expanded now, as insert_macro does.
-        elif re.search(r"\$\(\s*" + re.escape(line.name) + r"\s*[:)]", value, re.IGNORECASE):
-            errors: list[str] = []
-            value = expand_macros(value, macros, ad, errors)
-            for message in errors:
-                self._note(found, line, message)
-        if line.name[0] in "+-":
-            # Submit syntax: `+Attr = x` / `-Attr =` set the macro MY.Attr (Parse_macros), not the ad.
-            macros.set("MY." + line.name[1:], value if line.name[0] == "+" else "")
-            return
-        macros.set(line.name, value)
+        value = expand_self(value, name, macros, ad, errors)
+        for message in errors:
+            self._note(found, line, message)
+        macros.set(name, value)
 
     def _check_statement(self, line: _Line) -> None:
         """ValidateRulesCallback: a known keyword, something after it (bar TRANSFORM), a closed regex."""

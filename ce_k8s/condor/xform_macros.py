@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import classad2
 
-from ce_k8s.condor.config import _is_dollar, _next_macro
+from ce_k8s.condor.config import _is_dollar, _is_filename_func, _next_macro
 from ce_k8s.condor.wire import unparse_old
 from ce_k8s.condor.xform_expr import evaluate_in, is_number, parse_old_expr
 
@@ -528,11 +528,57 @@ _FUNCTIONS: dict[str, Callable[[_Expander, str], str]] = {
 }
 
 
+def expand_self(text: str, name: str, macros: MacroSet, ad: classad2.ClassAd | None = None,
+                errors: list[str] | None = None) -> str:
+    """config.cpp ``expand_self_macro``: what a ``name = value`` line in a transform expands at once.
+
+    Only references to the macro being defined are replaced, by its value so far (``$(name)``,
+    ``$(name:default)`` and the file-name functions ``$F...(name)``; SelfOnlyBody skips every other
+    function). Every other ``$(...)`` stays in the stored value and is expanded when a statement
+    that uses the macro runs, so it sees the values its macros have *then*
+    (``A = 1``, ``B = $(B) $(A)``, ``A = 2``, ``SET X "$(B)"`` gives ``" 2"``). Expanding the
+    whole value here was the bug this replaces (docs/routes.md, "What ce-k8s models of the transform
+    language"; F3 to F7 in docs/real-condor.md).
+    """
+    self_name = name.lower()
+
+    def other(m) -> bool:
+        if m.func != "" and not _is_filename_func(m.func):
+            return True
+        return m.name.strip().lower() != self_name
+
+    exp = _Expander(macros, ad, errors)
+    for _ in range(_MAX_EXPANSIONS):
+        found = _next_macro(text, 0, other)
+        if found is None:
+            return text
+        body = found.body
+        try:
+            if found.func == "":
+                value = exp.raw(found.name.strip())
+                replacement = found.default if (found.colon is not None and not value) else (value or "")
+            else:
+                replacement = _path_function(exp, found.func[1:].lower(), body)
+        except MacroError as exc:
+            if errors is None:
+                raise
+            errors.append(str(exc))
+            replacement = exc.replacement
+        text = text[:found.start] + (replacement or "") + text[found.end:]
+    raise MacroError(f"the self reference to {name} never ends")
+
+
 def expand_macros(text: str, macros: MacroSet, ad: classad2.ClassAd | None = None,
                   errors: list[str] | None = None) -> str:
     """Expand every ``$(...)`` reference in one line.
 
     A bad ``$FUNC()`` call raises MacroError, unless ``errors`` is given: then it is recorded
-    there and the call expands to nothing, as the router does.
+    there and the call expands to nothing, as the router does. A macro that reaches itself through
+    a function (`N = $INT(N) x`: SelfOnlyBody leaves `$INT(N)` for later) never ends; HTCondor
+    recurses until it crashes, we raise MacroError instead.
     """
-    return _Expander(macros, ad, errors).expand(text)
+    try:
+        return _Expander(macros, ad, errors).expand(text)
+    except RecursionError:
+        raise MacroError("macro expansion does not terminate (a macro refers to itself through a "
+                         "$FUNCTION(); HTCondor crashes on it)") from None

@@ -284,3 +284,40 @@ def test_route_body_same_as_htcondor(tmp_path, label, body):
     path = tmp_path / "condor_config"
     path.write_text(config)
     compare(path, ROUTE_JOB, RouterConfig.from_config(CondorConfig.from_text(config, str(path))))
+
+
+def _transform_cases():
+    """tests/fixtures/transform_cases.py, loaded by path (tests/ is not a package)."""
+    import importlib.util
+
+    path = ROOT / "tests" / "fixtures" / "transform_cases.py"
+    spec = importlib.util.spec_from_file_location("ce_k8s_tests_transform_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+TRANSFORM_CASES = _transform_cases()
+
+
+@pytest.mark.parametrize("case", sorted(TRANSFORM_CASES))
+def test_ce_k8s_route_json_same_as_htcondor_on_timing_and_failures(tmp_path, case):
+    """`ce-k8s route --json` against HTCondor 25.14.1's TransformClassAd on the cases that the real
+    condor_job_router_info showed it got wrong (docs/real-condor.md, "Route fidelity"): a macro
+    expanded when the statement using it runs, not at its definition, and a post-route transform
+    that fails submits nothing. Where HTCondor gives the job up, the JSON has no routed ad and the
+    error names the route and the failing transform."""
+    config, extra = TRANSFORM_CASES[case]
+    path = tmp_path / "condor_config"
+    path.write_text(config)
+    job_text = (ROOT / "examples" / "pilot-cpu8.ad").read_text() + extra
+    assert xform_oracle.differences_from_ce_k8s(path, job_text, ce_config=str(path), workdir=tmp_path) == []
+    job_file = tmp_path / "job.ad"
+    job_file.write_text(job_text)
+    _rc, (ours,) = xform_oracle.ce_k8s_route_json(path, job_file)
+    theirs = xform_oracle.run_oracle(path, job_text)
+    if theirs.failed:
+        assert ours["routed_ad"] is None and ours["submitted"] is False
+        assert any("routed by Timing" in e and "transform Late" in e for e in ours["errors"]), ours["errors"]
+    else:
+        assert ours["submitted"] is True and "Timed" in ours["routed_ad"]

@@ -273,7 +273,7 @@ def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
                               check=False).stdout)[0]
     real_text = real_file.read_text() if real_file.exists() else ""
     if not real_text.strip():
-        assert ours["route"] is None, f"the real router routes nothing, ce-k8s route says {ours['route']}"
+        _assert_nothing_submitted(ours)
         return
     real_ad = classad2.parseOne(real_text, classad2.ParserType.Old)
     # what submit_job() then does on the way into the schedd (submit_job.cpp: secure attributes
@@ -290,6 +290,16 @@ def test_ce_k8s_route_agrees_with_condor_job_router_info(env, example):
     assert differ == {}
     assert mine["managed"] == "ScheddDone"
 
+
+
+def _assert_nothing_submitted(ours: dict) -> None:
+    """The real condor_job_router_info wrote no routed ad: `ce-k8s route --json` must show none either,
+    and when it names a route, say that the router gives the job up and why (docs/routes.md,
+    "`ce-k8s route`: which route, and what comes out")."""
+    assert ours["routed_ad"] is None, f"the real router routes nothing, ce-k8s route shows a routed ad ({ours})"
+    if ours["route"] is not None:
+        assert ours["submitted"] is False and ours["errors"], ours
+        assert any(f"routed by {ours['route']}" in e or f"route {ours['route']}:" in e for e in ours["errors"]), ours
 
 
 # ------------------------------------------------------------------ dry run on a stock HTCondor-CE
@@ -372,7 +382,7 @@ def test_ce_k8s_route_agrees_with_the_real_router_on_a_stock_ce(env, stock_ces, 
     assert proc.returncode == 0, proc.stderr
     assert ours["errors"] == []
     if real_ad is None:
-        assert ours["route"] is None, f"the real router routes nothing, ce-k8s route says {ours['route']}"
+        _assert_nothing_submitted(ours)
         return
     submit_edits(real_ad)        # what submit_job() does after the tool printed the ad (see above)
     assert ours["route"] == real_ad.eval("RouteName")
@@ -391,3 +401,56 @@ def test_ce_k8s_route_agrees_with_the_real_router_on_a_stock_ce(env, stock_ces, 
     differ = {k: (real[k], mine[k]) for k in set(real) & set(mine) - ours_only if real[k] != mine[k]}
     assert differ == {}
     assert "CONDORCE_COLLECTOR_HOST=" in mine["environment"]       # the command's Env transform ran
+
+
+# ------------------------------------------------------------------ route fidelity: transform semantics
+def _transform_cases() -> dict[str, tuple[str, str]]:
+    """tests/fixtures/transform_cases.py, loaded by path (tests/ is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "transform_cases.py"
+    spec = importlib.util.spec_from_file_location("ce_k8s_tests_transform_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+TRANSFORM_CASES = _transform_cases()
+
+
+@ON_BOTH
+@pytest.mark.parametrize("case", sorted(TRANSFORM_CASES))
+def test_ce_k8s_route_agrees_with_the_real_router_on_transform_semantics(env, case):
+    """The configurations on which `ce-k8s route` once disagreed with the real router (docs/real-condor.md,
+    "Route fidelity"): when a macro defined in a route body is expanded, a post-route transform that fails
+    for the job, `+=`. `ce-k8s route --htcondor-version <the root's>` and the real condor_job_router_info
+    give the same route and routed ad, or both submit nothing (then the JSON has no routed ad and names
+    the failing route and transform)."""
+    from ce_k8s.condor.routing import submit_edits
+    from ce_k8s.condor.wire import to_json_dict
+
+    config, extra = TRANSFORM_CASES[case]
+    work = env.state_dir / "transform-cases" / case
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "condor_config").write_text(config)
+    ad_file = work / "job.ad"
+    ad_file.write_text("".join(ln for ln in (EXAMPLES / "pilot-cpu8.ad").read_text().splitlines(keepends=True)
+                               if not ln.startswith("#")) + extra)
+    config_file = work / "condor_config"
+    real_ad = _real_routed(env, config_file, ad_file)
+    proc = subprocess.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "route", "--config", str(config_file),
+                           "--htcondor-version", env.flavour.version, "--jobads", str(ad_file), "--json"],
+                          capture_output=True, text=True, check=False)
+    ours = json.loads(proc.stdout)[0]
+    if real_ad is None:
+        _assert_nothing_submitted(ours)
+        assert proc.returncode == 1 or ours["route"] is None, proc.stderr
+        return
+    submit_edits(real_ad)
+    assert ours["route"] == real_ad.eval("RouteName")
+    real = {k.lower(): v for k, v in to_json_dict(real_ad).items()}
+    mine = {k.lower(): v for k, v in ours["routed_ad"].items()}
+    assert "timed" in real, "the case no longer exercises what it was written for"
+    ours_only = {"managed", "managedmanager", "k8sattempt", "k8spodname", "k8ssourceglobaljobid"}
+    assert sorted((set(real) ^ set(mine)) - ours_only) == []
+    assert {k: (real[k], mine[k]) for k in set(real) & set(mine) - ours_only if real[k] != mine[k]} == {}
