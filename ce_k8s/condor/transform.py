@@ -704,7 +704,8 @@ class Transform:
 
     def static_problems(self) -> list[Diagnostic]:
         """Lines that fail the transform whenever they are reached (for pre/post-route transforms,
-        which the router loads without validating): unknown keywords and missing arguments."""
+        which the router loads without validating): unknown keywords, missing arguments, and macro
+        names that are invalid as written (a name with ``$(...)`` is only known when the line runs)."""
         found: list[Diagnostic] = []
         depth = 0
         for line in self.body:
@@ -712,8 +713,12 @@ class Transform:
                 depth += 1
             elif line.kind == "endif":
                 depth = max(0, depth - 1)
-            elif line.kind in ("stmt", "bad"):
+            elif line.kind in ("stmt", "bad") or (line.kind == "assign" and line.name and "$" not in line.name
+                                                   and line.name[0] not in "+-"
+                                                   and not _MACRO_NAME.fullmatch(line.name)):
                 try:
+                    if line.kind == "assign":
+                        raise self._error(f"Illegal Identifier: <{line.name}>", line.lineno)
                     self._check_statement(line)
                 except TransformError as exc:
                     scope = "every job it is applied to" if depth == 0 else "every job that reaches this line"

@@ -51,6 +51,18 @@ def test_unknown_keyword_is_an_error_with_file_and_line():
         "r.conf:5: error: SETT is not a valid transform keyword (route Gpu is not loaded)"]
 
 
+def test_an_illegal_macro_name_in_a_post_route_transform_is_an_error_at_its_line():
+    """`A-B = 1` fails is_valid_param_name: Parse_macros stops, so the router fails every job the
+    transform applies to (F6 in docs/real-condor.md, seen on the real 25.14.1 and 23.9.6); a name
+    with `$(...)` is only known when the line runs, so it is left to `route`."""
+    text = GOOD + "JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Late\nJOB_ROUTER_TRANSFORM_Late @=jrt\n" \
+                  "    A-B = 1\n    $(Dyn)_X = 2\n@jrt\n"
+    static = [str(d) for d in check_config(CondorConfig.from_text(text, "r.conf")) if "Illegal" in d.message]
+    assert any(line.startswith("r.conf:15: error: Late: Illegal Identifier: <A-B>: the router loads the transform")
+               for line in static), static
+    assert not any("$(Dyn)_X" in line for line in static)
+
+
 def test_unparsable_expression_is_a_warning():
     """The router logs an expression it cannot parse and routes the job without it (ParseRulesCallback;
     HTCondor's own code does so in tests/condor/xform_oracle.py): a warning, not an error."""
