@@ -96,6 +96,20 @@ UNIVERSES: dict[str, int] = {
 _ATTR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # is_valid_param_name (config.cpp): what a macro name may hold once its $(...) are expanded
 _MACRO_NAME = re.compile(r"[A-Za-z0-9_./]+")
+# HTCONDOR-3831 ("Do not EXCEPT invalid $ functions in transforms and submit files", config.cpp,
+# xform_utils.cpp, JobRouter.cpp): first released in 25.13.2; the 25.0 LTS series and everything
+# older EXCEPT instead.
+MACRO_ERRORS_LOGGED_SINCE = (25, 13, 2)
+
+
+def _macro_errors_except(version: str) -> bool:
+    """Whether the modelled HTCondor dies (EXCEPT) on a failing ``$FUNCTION()`` in a transform."""
+    try:
+        return parse_version(version) < MACRO_ERRORS_LOGGED_SINCE
+    except ValueError:
+        return False
+
+
 def _before_plus_equals(version: str) -> bool:
     """Whether the modelled HTCondor predates `X += v` (config.py PLUS_EQUALS_SINCE)."""
     try:
@@ -521,13 +535,27 @@ class Transform:
             version=macros.version,
         )
         try:
-            return test_condition(line.value, lambda text: expand_macros(text, macros, ad, errors), ctx)
+            value = test_condition(line.value, lambda text: expand_macros(text, macros, ad, errors), ctx)
         except ConditionError as exc:
+            self._macro_errors(found, line, errors, macros)
             reason = f" because {exc}" if str(exc) else ""
             raise self._error(f"{line.value} is not a valid {line.kind} condition{reason}", line.lineno) from None
-        finally:
-            for message in errors:
-                found.append(self.diagnostic(Severity.WARNING, f"{self.name}: {message}", line.lineno))
+        self._macro_errors(found, line, errors, macros)
+        return value
+
+    def _macro_errors(self, found: list[Diagnostic], line: _Line, errors: list[str], macros: MacroSet,
+                      prefix: str = "") -> None:
+        """Failing ``$FUNCTION()`` calls on this line: logged and carried on from since HTCondor 25.13.2
+        (a WARNING), but before that config.cpp EXCEPTs on them and the job router dies
+        (HTCONDOR-3831; seen on the real 23.9.6: ``ERROR "$INT() macro: ..." at line N in file
+        config.cpp``). Modelling an older HTCondor, the first one fails the transform, with why."""
+        if errors and _macro_errors_except(macros.version):
+            raise self._error(f"{errors[0]}: HTCondor {macros.version} EXCEPTs on a failing $FUNCTION() in a "
+                              f"transform (before {'.'.join(map(str, MACRO_ERRORS_LOGGED_SINCE))}): "
+                              "condor_job_router dies, condor_master restarts it, and it dies again each time "
+                              "it routes this job", line.lineno)
+        for message in errors:
+            self._note(found, line, prefix + message)
 
     def _note(self, found: list[Diagnostic], line: _Line, message: str) -> None:
         """Something the router logs as an ERROR and carries on from: a WARNING for the admin."""
@@ -558,8 +586,7 @@ class Transform:
             name = expand_macros(name, macros, ad, errors)
         if not name or (name[0] not in "+-" and not _MACRO_NAME.fullmatch(name)):
             # is_valid_param_name fails: Parse_macros stops, so the transform fails (`A-B = 1` too)
-            for message in errors:
-                self._note(found, line, message)
+            self._macro_errors(found, line, errors, macros)
             raise self._error(f"Illegal Identifier: <{name}>", line.lineno)
         value = line.value
         if name[0] in "+-":
@@ -572,8 +599,7 @@ class Transform:
                 sep = " " if not line.plus else (f" {line.plus} " if len(line.plus) == 2 else line.plus)
                 value = current + sep + value
         value = expand_self(value, name, macros, ad, errors)
-        for message in errors:
-            self._note(found, line, message)
+        self._macro_errors(found, line, errors, macros)
         macros.set(name, value)
 
     def _check_statement(self, line: _Line) -> None:
@@ -614,8 +640,7 @@ class Transform:
             rhs_text = rest[remaining[0][0] :]
         errors: list[str] = []
         rhs = expand_macros(rhs_text, macros, ad, errors)
-        for message in errors:
-            self._note(found, line, f"ERROR in transform {self.name} : {message}")
+        self._macro_errors(found, line, errors, macros, f"ERROR in transform {self.name} : ")
         if word in ("SET", "DEFAULT"):
             if word == "DEFAULT" and attr in ad:
                 return
@@ -687,8 +712,7 @@ class Transform:
             return
         errors: list[str] = []
         replacement = expand_macros(replacement_raw, macros, ad, errors).strip() if replacement_raw else ""
-        for message in errors:
-            self._note(found, line, f"ERROR in transform {self.name} : {message}")
+        self._macro_errors(found, line, errors, macros, f"ERROR in transform {self.name} : ")
         matched: dict[str, str] = {}
         for name in list(ad.keys()):
             m = regex.search(name)

@@ -264,3 +264,22 @@ def test_fallback_for_a_router_model_without_diagnostics():
     assert [d.severity.name for d in routed_diagnostics(Old([logged], False))] == ["WARNING"]
     assert [d.severity.name for d in routed_diagnostics(Old([logged, fatal], True))] == ["WARNING", "ERROR"]
     assert routed_diagnostics(Old([logged], False))[0].file == "a.conf"
+
+
+def test_a_failing_dollar_function_is_logged_on_25_and_kills_the_router_before_25_13_2(tmp_path, capsys):
+    """A `$INT()` of text: HTCondor 25.13.2 and later log it and route the job (`$INT()` expands to
+    nothing); older versions EXCEPT in config.cpp and the job router dies (HTCONDOR-3831; seen on the
+    real 23.9.6). `--htcondor-version` decides which the JSON shows (docs/real-condor.md, "What differs
+    between HTCondor 23.9 and 25")."""
+    conf = tmp_path / "dollar.conf"
+    conf.write_text(EVALMACRO_CONF.replace("EVALMACRO probe $(MY.WantWholeNode:False) && $(NoSuchMacro)==5",
+                                           'SET Counted "$INT(abc)"'))
+    args = ["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]
+    assert main([*args, "--htcondor-version", "25.14.1"]) == 0
+    new = json.loads(capsys.readouterr().out)[0]
+    assert new["submitted"] is True and new["routed_ad"]["Counted"] == "" and new["errors"] == []
+    assert any("$INT() macro: abc does not evaluate to an integer" in d["message"] for d in new["diagnostics"])
+    assert main([*args, "--htcondor-version", "25.0.13"]) == 1
+    old = json.loads(capsys.readouterr().out)[0]
+    assert old["routed_ad"] is None and old["submitted"] is False
+    assert any("EXCEPTs" in e and "transform Probe" in e and "routed by K8s" in e for e in old["errors"]), old

@@ -437,11 +437,20 @@ def test_ce_k8s_route_agrees_with_the_real_router_on_transform_semantics(env, ca
     ad_file.write_text("".join(ln for ln in (EXAMPLES / "pilot-cpu8.ad").read_text().splitlines(keepends=True)
                                if not ln.startswith("#")) + extra)
     config_file = work / "condor_config"
-    real_ad = _real_routed(env, config_file, ad_file)
+    tool = env.run(["/usr/bin/env", f"CONDOR_CONFIG={config_file}", "condor_job_router_info", "-jobads",
+                    str(ad_file), "-route-jobs", str(work / "probe.out")], check=False)
     proc = subprocess.run([f"{os.path.realpath(sys.prefix)}/bin/ce-k8s", "route", "--config", str(config_file),
                            "--htcondor-version", env.flavour.version, "--jobads", str(ad_file), "--json"],
                           capture_output=True, text=True, check=False)
     ours = json.loads(proc.stdout)[0]
+    if tool.returncode != 0:
+        # the real router died (EXCEPT: `ERROR "..." at line N in file config.cpp`): nothing is routed,
+        # and ce-k8s route must say that this HTCondor dies here
+        assert "ERROR" in tool.stdout + tool.stderr, tool
+        _assert_nothing_submitted(ours)
+        assert any("EXCEPTs" in e for e in ours["errors"]), ours["errors"]
+        return
+    real_ad = _real_routed(env, config_file, ad_file)
     if real_ad is None:
         _assert_nothing_submitted(ours)
         assert proc.returncode == 1 or ours["route"] is None, proc.stderr
