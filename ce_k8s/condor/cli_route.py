@@ -111,6 +111,10 @@ def _print_text(results: list[JobResult], router: RouterConfig, out) -> None:
         print(f"Job {res.job}: route {res.route}", file=out)
         for diag in res.diagnostics:
             print(f"  {_shown(diag)}", file=out)
+        if res.edited is not None:
+            print("  source job as edited in place (EditJobInPlace; no routed job):", file=out)
+            for line in wire.sprint_ad(res.edited).splitlines():
+                print(f"    {line}", file=out)
         if res.ad is None:
             continue
         print("  summary:", file=out)
@@ -157,8 +161,11 @@ def _json_result(res: JobResult) -> dict[str, object]:
         obj["pod_error"] = {"code": res.pod_error[0], "message": res.pod_error[1]}
     if res.route is not None:
         obj["kubernetes"] = res.kubernetes
-        # whether the router submits a routed job for it at all (False: it gives the job up)
+        # whether the router submits a routed job for it at all (False: it gives the job up, or
+        # edits the source job in place)
         obj["submitted"] = res.ad is not None
+    if res.edited is not None:
+        obj["edited_in_place"] = wire.to_json_dict(res.edited)
     if res.notes:
         obj["notes"] = list(res.notes)
     obj["diagnostics"] = [{"file": d.file, "line": d.line, "severity": str(d.severity), "message": d.message}

@@ -171,6 +171,9 @@ class RoutedJob:
     ad: classad2.ClassAd
     diagnostics: list[Diagnostic] = field(default_factory=list)
     failed: bool = False
+    # EditJobInPlace was true for the job: ``ad`` is the source job as the router edits it in place
+    # (FinishSubmitJob, push_classad_diff); no routed job is submitted
+    in_place: bool = False
 
     @property
     def errors(self) -> list[str]:
@@ -727,6 +730,7 @@ class RouterConfig:
                 result.failed = True
                 return result
         if in_place:
+            result.in_place = True
             return result
         ad["RoutedFromJobId"] = jid
         ad["RoutedBy"] = self.router_name

@@ -51,6 +51,7 @@ class JobResult:
     secret: dict | None = None
     pod_error: tuple[str, str] | None = None
     kubernetes: bool = True
+    edited: classad2.ClassAd | None = None   # EditJobInPlace: the source job as the router edits it
 
 
 def load_config(path: str | None, *, no_commands: bool = False,
@@ -240,6 +241,8 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
         # the router gives the job up (GracefullyRemoveJob) and submits nothing: there is no routed
         # ad to show, only the findings that say why
         return result
+    if getattr(routed, "in_place", False):
+        return _edited_in_place(result, route, routed.ad)
     result.ad = routed.ad
     submit_edits(routed.ad)
     mismatch = _decision_mismatch(route, routed.ad, result.kubernetes, knob)
@@ -254,6 +257,28 @@ def route_one(job: classad2.ClassAd, router: RouterConfig, cfg: CondorConfig, tr
         except pod_error as exc:
             result.pod_error = (exc.code, exc.message)
             _fail(result, f"pod builder: {exc.code}: {exc.message}", route.origin)
+    return result
+
+
+def _edited_in_place(result: JobResult, route: Route, edited: classad2.ClassAd) -> JobResult:
+    """EditJobInPlace was true for the job: the router pushes the edited ad onto the *source* job and
+    submits no routed job (JobRouter.cpp FinishSubmitJob, push_classad_diff; the real
+    condor_job_router_info writes nothing for it, docs/real-condor.md "Route fidelity"). No update,
+    finalize or cleanup hook ever runs for it, so no pod is made. On a Kubernetes route the
+    translate hook has run first (SubmitJob), so its `Managed = "ScheddDone"` lands on the source
+    job, which then never runs anywhere: an error. Elsewhere it is what the site asked for: a note."""
+    from ce_k8s.condor.diagnostics import Severity
+
+    result.edited = edited
+    if result.kubernetes:
+        return _fail(result, f"route {route.name}: EditJobInPlace is true for this job, so the router edits the "
+                             "source job in place and submits no routed job: no pod is ever made, and the translate "
+                             'hook\'s Managed = "ScheddDone" is written onto the source job, which then never runs; '
+                             "do not set EditJobInPlace on a Kubernetes route", route.origin)
+    note = (f"route {route.name}: EditJobInPlace is true for this job: the router edits the source job in place "
+            "and submits no routed job")
+    result.notes.append(note)
+    result.diagnostics.append(_job_diag(Severity.NOTE, note, route.origin))
     return result
 
 

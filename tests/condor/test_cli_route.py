@@ -283,3 +283,25 @@ def test_a_failing_dollar_function_is_logged_on_25_and_kills_the_router_before_2
     old = json.loads(capsys.readouterr().out)[0]
     assert old["routed_ad"] is None and old["submitted"] is False
     assert any("EXCEPTs" in e and "transform Probe" in e and "routed by K8s" in e for e in old["errors"]), old
+
+
+def test_edit_job_in_place_submits_no_routed_job(tmp_path, capsys):
+    """EditJobInPlace: the router pushes the edited ad onto the source job and submits nothing
+    (JobRouter.cpp FinishSubmitJob; the real condor_job_router_info writes nothing). The JSON has no
+    routed ad and no pod; on a Kubernetes route it is an error (translate's Managed = "ScheddDone"
+    would land on the source job, which then never runs), on another backend's route a note."""
+    conf = tmp_path / "inplace.conf"
+    conf.write_text(EVALMACRO_CONF.replace("  UNIVERSE grid\n",
+                                           "  UNIVERSE grid\n  EditJobInPlace = true\n  SET Edited 1\n"))
+    args = ["route", "--json", "--config", str(conf), "--jobads", str(EXAMPLES / "pilot-cpu8.ad")]
+    assert main(args) == 1
+    k8s = json.loads(capsys.readouterr().out)[0]
+    assert k8s["routed_ad"] is None and k8s["submitted"] is False and "pod" not in k8s
+    assert k8s["edited_in_place"]["Edited"] == 1 and k8s["edited_in_place"]["Managed"] == "ScheddDone"
+    assert any("EditJobInPlace" in e and "never runs" in e for e in k8s["errors"])
+    conf.write_text(conf.read_text().replace('GridResource = "batch k8s"', 'GridResource = "batch slurm"'))
+    assert main(args) == 0
+    batch = json.loads(capsys.readouterr().out)[0]
+    assert batch["routed_ad"] is None and batch["submitted"] is False and batch["errors"] == []
+    assert batch["edited_in_place"]["Edited"] == 1 and "Managed" not in batch["edited_in_place"]
+    assert any("EditJobInPlace" in n for n in batch["notes"])

@@ -319,5 +319,9 @@ def test_ce_k8s_route_json_same_as_htcondor_on_timing_and_failures(tmp_path, cas
     if theirs.failed:
         assert ours["routed_ad"] is None and ours["submitted"] is False
         assert any("routed by Timing" in e and "transform Late" in e for e in ours["errors"]), ours["errors"]
+    elif "edited_in_place" in ours:
+        # EditJobInPlace: no routed job; on a Kubernetes route an error says why that is a mistake
+        assert ours["routed_ad"] is None and ours["submitted"] is False and "Timed" in ours["edited_in_place"]
+        assert any("route Timing: EditJobInPlace" in e for e in ours["errors"]), ours["errors"]
     else:
         assert ours["submitted"] is True and "Timed" in ours["routed_ad"]

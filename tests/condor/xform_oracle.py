@@ -403,6 +403,12 @@ def differences_from_ce_k8s(config, job_text: str, ce_config=None, workdir: Path
                 f"({oracle.notes + oracle.errors})"]
     if oracle.route is None:
         return []
+    if ours.get("edited_in_place") is not None and oracle_ad is not None:
+        # EditJobInPlace: the router edits the source job and submits nothing (FinishSubmitJob), so
+        # `route --json` has no routed ad, and the edited ad is HTCondor's without submit_job's edits
+        if ours["routed_ad"] is not None:
+            return ["the job is edited in place, yet ce-k8s route --json also shows a routed_ad"]
+        return ad_differences(json_ad(ours["edited_in_place"]), oracle.ad())
     if oracle_ad is None:
         problems = []
         if not ours.get("errors"):
