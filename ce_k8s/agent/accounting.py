@@ -157,7 +157,7 @@ def parse_specs(text: str) -> dict[str, float]:
 
 def outcome_of(pod: PodInfo) -> str:
     """completed / failed / evicted / deleted: why the attempt ended (history `K8sAttemptOutcome`)."""
-    if pod.disruption or pod.reason in ("Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown"):
+    if pod.disrupted or pod.reason in ("Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown"):
         return "evicted"
     if pod.phase == "Succeeded":
         return "completed"

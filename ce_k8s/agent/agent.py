@@ -1058,7 +1058,7 @@ class Agent:
 
     def _pod_row(self, pod: PodInfo, rec: JobRecord | None, now: int) -> dict[str, object]:
         phase = "Terminating" if pod.deleting and not pod.finished else pod.phase
-        if pod.phase == "Failed" and pod.disruption:
+        if pod.phase == "Failed" and pod.disrupted:
             phase = "Evicted"
         if rec is not None and rec.job_status is not None:
             status, hold, reason = JOB_STATES.get(rec.job_status, "?"), rec.hold_reason, rec.reason

@@ -62,7 +62,7 @@ class PodCache:
         self.watches = 0        # how many WATCH requests were opened
         self.listeners: list = []   # callables(name) run after every change, on the watch thread
         self.last_event = 0.0       # time.time() of the last watch event, bookmark or LIST (cache age)
-        self.disrupted: dict[str, tuple[str, str]] = {}   # pod name -> (uid, DisruptionTarget reason) seen
+        self.disrupted: dict[str, tuple[str, str, int | None]] = {}  # pod name -> (uid, reason, when) seen
         # on_error(verb, exc): every failed LIST/WATCH request (the agent's API error metric)
         self.on_error: Callable[[str, BaseException], None] | None = None
         self._stop = threading.Event()
@@ -310,13 +310,13 @@ class PodCache:
     def _sticky(self, info: PodInfo) -> PodInfo:
         """`info` with the DisruptionTarget evidence any earlier object of this pod showed."""
         if info.disruption:
-            if self.disrupted.get(info.name) != (info.uid, info.disruption):
-                self.disrupted[info.name] = (info.uid, info.disruption)
+            if self.disrupted.get(info.name) != (info.uid, info.disruption, info.disruption_at):
+                self.disrupted[info.name] = (info.uid, info.disruption, info.disruption_at)
             return info
         seen = self.disrupted.get(info.name) if self.disrupted else None
         if seen is None or seen[0] != info.uid:      # another pod that reuses the name: no evidence
             return info
-        return msgspec.structs.replace(info, disruption=seen[1])
+        return msgspec.structs.replace(info, disruption=seen[1], disruption_at=seen[2])
 
 
 def _newer(a: str, b: str) -> bool:

@@ -74,6 +74,11 @@ def classify(exc: BaseException, what: str) -> Exception:
     return Temporary(f"{what}: {type(exc).__name__}: {str(exc)[:300]}")
 
 
+def _quota_refusal(exc: ApiException) -> bool:
+    """A 403 from ResourceQuota admission ("exceeded quota"), which says nothing about existence."""
+    return exc.status == 403 and "exceeded quota" in _api_message(exc).lower()
+
+
 def _api_message(exc: ApiException) -> str:
     try:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason or "")[:500]
@@ -292,9 +297,15 @@ class Creator:
                 self._call("create pod", self.agent.calls.create_namespaced_pod, built.namespace, built.pod,
                            dry_run="All")
             except ApiException as exc:
-                if exc.status != 409:
+                if exc.status == 409:
+                    return self._adopt(built, job)
+                if not _quota_refusal(exc):
                     raise classify(exc, "create pod (dry run)") from exc
-                return self._adopt(built, job)
+                # A real API server runs ResourceQuota admission before its AlreadyExists check,
+                # dry runs included: at a full quota the probe answers 403 whether the pod exists
+                # or not (finding 1 of docs/real-kubernetes.md). Ask for the pod itself instead.
+                if self._exists(built):
+                    return self._adopt(built, job)
             except (Temporary, Permanent):
                 raise
             except Exception as exc:
@@ -334,6 +345,20 @@ class Creator:
         except Exception as exc:      # timeouts: the server may have created it; the retry will tell
             raise classify(exc, "create pod") from exc
         return self._adopt(built, job)
+
+    def _exists(self, built) -> bool:
+        """Whether a pod of the built name exists now (a GET; 404 is no)."""
+        try:
+            self._call("get pod", self.agent.core.read_namespaced_pod, built.name, built.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise classify(exc, "read existing pod") from exc
+        except (Temporary, Permanent):
+            raise
+        except Exception as exc:
+            raise classify(exc, "read existing pod") from exc
+        return True
 
     def _adopt(self, built, job: str) -> dict:
         """The existing pod (after AlreadyExists), if its annotations name this job and owner."""

@@ -100,10 +100,31 @@ class PodInfo(msgspec.Struct, frozen=True, gc=False):
     attempt: int = 0             # attempt label
     cpu_request: float = 0.0     # cores the containers request (accounting: RequestCpus, CpusProvisioned)
     memory_request: int = 0      # bytes the containers request (accounting: MemoryProvisioned)
+    disruption_at: int | None = None   # DisruptionTarget's lastTransitionTime (whole seconds)
 
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def disrupted(self) -> bool:
+        """Whether a disruption (eviction, preemption, node shutdown) ended this pod's pilot.
+
+        A real API server adds `DisruptionTarget` to a pod it evicts even when the pod has already
+        Succeeded or Failed (finding 4 of docs/real-kubernetes.md): a drain after the pilot's end
+        must not count as an eviction, or the finished pilot would run again. So a finished pod's
+        disruption counts only when it came no later than the pilot's end and the pilot died of a
+        signal (137 SIGKILL, 143 SIGTERM) or without an exit code; a pilot that exited on its own
+        terms is done whatever came after. Timestamps are whole seconds, so "no later" includes the
+        same second; the exit code decides that case.
+        """
+        if not self.disruption:
+            return False
+        if not self.finished:
+            return True
+        if self.disruption_at is not None and self.finished_at is not None and self.disruption_at > self.finished_at:
+            return False
+        return self.exit_code is None or self.exit_code in (137, 143)
 
     @classmethod
     def from_dict(cls, pod: dict) -> PodInfo:
@@ -126,10 +147,11 @@ class PodInfo(msgspec.Struct, frozen=True, gc=False):
         first = containers[0]
         limits = (first.resources.limits if first.resources else None) or _EMPTY
 
-        disruption = unscheduled = None
+        disruption = unscheduled = disruption_at = None
         for cond in status.conditions or ():
             if cond.type == "DisruptionTarget" and cond.status == "True":
                 disruption = cond.reason or "DisruptionTarget"
+                disruption_at = parse_time(cond.last_transition_time)
             elif cond.type == "PodScheduled" and cond.status == "False":
                 unscheduled = _join(cond.reason, cond.message)
 
@@ -156,7 +178,11 @@ class PodInfo(msgspec.Struct, frozen=True, gc=False):
                 finished_at = parse_time(term.finished_at)
                 exit_code = term.exit_code
                 term_reason = term.reason or ""
-        if not waiting_reason:  # an init container stuck on its image blocks the pod just the same
+        # An init container stuck on its image blocks the pod just the same. A real kubelet shows
+        # the main container waiting `PodInitializing` meanwhile, so that reason says nothing and
+        # the init containers are read (finding 2 of docs/real-kubernetes.md, confirmed on a real
+        # API server with kwok: tests/real/test_findings.py).
+        if not waiting_reason or waiting_reason in _NOT_STARTED_REASONS:
             for cs in status.init_container_statuses or ():
                 w = cs.state.waiting if cs.state is not None else None
                 if w is not None and w.reason in _BLOCKING_REASONS:
@@ -193,6 +219,7 @@ class PodInfo(msgspec.Struct, frozen=True, gc=False):
             attempt=_int(labels.get(LABEL_ATTEMPT)),
             cpu_request=_request_sum(containers, "cpu"),
             memory_request=int(_request_sum(containers, "memory")),
+            disruption_at=disruption_at,
         )
 
 
@@ -202,6 +229,8 @@ _NO_SPEC = Spec()
 _NO_STATUS = Status()
 _NO_CONTAINERS = (Container(),)
 _BLOCKING_REASONS = IMAGE_PULL_REASONS | CONFIG_ERROR_REASONS | CANNOT_RUN_REASONS
+# What a main container waits with while the pod's init containers have not finished.
+_NOT_STARTED_REASONS = frozenset({"PodInitializing", "ContainerCreating"})
 
 
 def _intern(value: str | None) -> str:

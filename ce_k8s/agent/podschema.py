@@ -55,6 +55,7 @@ class Condition(_Doc):
     status: str | None = None
     reason: str | None = None
     message: str | None = None
+    last_transition_time: str | None = None
 
 
 class Waiting(_Doc):

@@ -94,7 +94,7 @@ def _pod_attrs(pod: PodInfo) -> dict[str, object]:
 
 def _evicted(pod: PodInfo) -> str | None:
     """Why the pod was disrupted (preemption, eviction, node shutdown), or None."""
-    if pod.disruption:
+    if pod.disrupted:
         return _one_line(f"{pod.disruption}: {pod.message}" if pod.message else pod.disruption)
     if pod.phase == "Failed" and pod.reason in EVICTION_REASONS:
         return _one_line(f"{pod.reason}: {pod.message}" if pod.message else pod.reason)

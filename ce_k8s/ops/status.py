@@ -163,7 +163,7 @@ def row_from_pod(pod: Mapping[str, Any], settings, now: float) -> PilotRow:
     if info.deleting and not state:
         state = "Removed"
     phase = "Terminating" if info.deleting and not info.finished else info.phase
-    if info.phase == "Failed" and info.disruption:
+    if info.phase == "Failed" and info.disrupted:
         phase = "Evicted"
     created = info.created
     return PilotRow(

@@ -92,7 +92,7 @@ def _table(bed) -> str:
     return "\n".join(lines)
 
 
-def run_real(args: argparse.Namespace) -> int:
+def run_real(args: argparse.Namespace, kube_server=None) -> int:
     """The demo over the real HTCondor test bed (ce_k8s.sim.realdemo); same JSON keys."""
     from ce_k8s.sim.pilots import generate
     from ce_k8s.sim.realcondor import STATE_DIR, RealCondor, RealCondorError
@@ -102,7 +102,7 @@ def run_real(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ce-k8s demo: {msg}\n")
         sys.stderr.flush()
 
-    env = RealCondor(args.state or STATE_DIR)
+    env = RealCondor(args.state or STATE_DIR, kube_server=kube_server)
     ours = False
     try:
         if not env.status().get("up"):
@@ -131,7 +131,8 @@ def run_real(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, kube_server=None) -> int:
+    """The demo; `kube_server` is a real control plane's adapter (ce_k8s.real.cli_demo), else the emulator."""
     import logging
 
     if args.condor == "real":
@@ -163,11 +164,11 @@ def run(args: argparse.Namespace) -> int:
         extra = f"CE_K8S_PER_JOB_HISTORY_DIR = {history}\nCE_K8S_USAGE_INTERVAL = 0.5\n"
     bed = TestBed(config=args.config, nodes=args.nodes or DEFAULT_NODES, fault_rate=args.api_fault_rate,
                   time_scale=args.time_scale, seed=args.seed, batch_route=args.batch_fraction > 0,
-                  extra_config=extra)
+                  extra_config=extra, kube_server=kube_server)
     witness = None
     try:
         bed.start()
-        if history is not None:
+        if history is not None and kube_server is None:
             from ce_k8s.sim.demo_accounting import AttemptWitness
 
             witness = AttemptWitness(getattr(bed.server, "kubelet", None))
@@ -188,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         bed.drain(timeout=min(60.0, args.timeout))
         summary = bed.summary()
         summary.update(drill.summary())
+        if history is not None and witness is None:
+            from ce_k8s.sim.demo_accounting import check_invariants
+
+            summary["history"] = check_invariants(history)
         if history is not None and witness is not None:
             from ce_k8s.sim.demo_accounting import check, wait_for_files
 

@@ -342,6 +342,8 @@ CE_K8S_METRICS_ADDRESS =
 CE_K8S_AGENT_LOG = none
 CE_K8S_GC_GRACE = 30
 CE_K8S_HOOK_TIMEOUT = 30
+# The emulator's kubelets answer the Summary API at the API server's node proxy only (docs/testbed.md).
+CE_K8S_USAGE_SOURCE = proxy
 
 # The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
 JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
@@ -400,7 +402,11 @@ class RealCondor:
     """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
 
     def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str | None = None,
-                 htcondor: str = DEFAULT_HTCONDOR) -> None:
+                 htcondor: str = DEFAULT_HTCONDOR, kube_server=None) -> None:
+        # kube_server: a real control plane (ce_k8s.real.kubeserver.RealKubeServer, handed in so
+        # this room never imports the real one) instead of `ce-k8s sim serve`; the agent then runs
+        # with the kubeconfig it writes (its ServiceAccount's token) and nothing is emulated.
+        self.kube_server = kube_server
         self.flavour = flavour(htcondor)
         self.state_dir = Path(state_dir).absolute()
         self.root = Path(root if root is not None else default_root(self.flavour.htcondor)).absolute()
@@ -478,6 +484,8 @@ class RealCondor:
         from kubernetes import client
         from kubernetes.config import new_client_from_config
 
+        if self.kube_server is not None:     # the site's hands (evictions), not the agent's token
+            return self.kube_server.admin_core
         return client.CoreV1Api(new_client_from_config(config_file=str(self.kubeconfig)))
 
     # -------------------------------------------------------------------------- lifecycle
@@ -500,7 +508,11 @@ class RealCondor:
             mounts += self._mount_all()
             state.save(self.state_file)
             self._accounts()
-            state.sim_pid, state.api_url = self._start_sim(nodes, time_scale, split_logs)
+            if self.kube_server is not None:
+                self.kube_server.write_kubeconfig(self.kubeconfig)
+                state.api_url = self.kube_server.url
+            else:
+                state.sim_pid, state.api_url = self._start_sim(nodes, time_scale, split_logs)
             state.save(self.state_file)
             self._prepare_cluster()
             self._write_config(poll)
@@ -598,6 +610,10 @@ class RealCondor:
 
         core = self.core_api()
         namespaces = {Settings.from_config(CondorConfig.load(None)).namespace}
+        if self.kube_server is not None:       # as a site does: the shipped Role in each namespace
+            for ns in sorted(namespaces):
+                self.kube_server.prepare_namespace(ns)
+            return
         for ns in sorted(namespaces):
             try:
                 core.create_namespace({"metadata": {"name": ns}})

@@ -216,6 +216,8 @@ class RealDemo:
                 o.status = "lost"
 
     def stats(self) -> dict:
+        if self.env.kube_server is not None:     # a real control plane: counted from outside
+            return self.env.kube_server.stats()
         state = json.loads((self.env.state_dir / "state.json").read_text())
         with urllib.request.urlopen(f"{state['api_url']}/_sim/stats", timeout=30) as resp:  # noqa: S310 - ours
             return json.loads(resp.read())  # type: ignore[no-any-return]

@@ -56,6 +56,9 @@ CE_K8S_GC_GRACE = 30
 # grace keeps condor_rm prompt here. The real-HTCondor bed (realcondor.py) asks the real schedd.
 CE_K8S_RELEASE_GRACE = 3
 MAX_JOB_MIRROR_UPDATE_LAG = {mirror_lag}
+# The emulator's kubelets answer the Summary API at the API server's node proxy only, so the demo's
+# agent reads it there (docs/testbed.md); a real control plane's server says its own source below.
+CE_K8S_USAGE_SOURCE = proxy
 # The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
 JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
 JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
@@ -280,7 +283,7 @@ class TestBed:
                  max_running_hooks: int = 24, mirror_lag: int = 20, watch_cut_rate: float | None = None,
                  agent_log: bool = False, extra_config: str = "", spawn_threads: int = 0,
                  spawn_process: bool = False,
-                 api_process: bool = False, batch_route: bool = False) -> None:
+                 api_process: bool = False, batch_route: bool = False, kube_server: Any = None) -> None:
         self.config_path = config
         self.nodes = nodes
         self.fault_rate = fault_rate
@@ -300,6 +303,13 @@ class TestBed:
         self.api_process = api_process
         if api_process and fault_rate:
             raise ValueError("fault injection needs the in-process API emulator (api_process=False)")
+        # kube_server: a real control plane instead of the emulator (ce_k8s.real.kubeserver's
+        # RealKubeServer, handed in by the caller: the test bed never imports the real room). The
+        # agent then runs with the kubeconfig it writes (its ServiceAccount's token).
+        if kube_server is not None and fault_rate:
+            raise ValueError("fault injection needs the API emulator; a real API server injects none")
+        self.kube_server = kube_server
+        self.kube = "emulated" if kube_server is None else "real"
         self.evicted: set[str] = set()
         self._core: Any = None
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ce-k8s-demo-")
@@ -329,7 +339,12 @@ class TestBed:
         for d in (self.spool, self.socket.parent):
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o755)
-        if self.api_process:
+        if self.kube_server is not None:
+            self.server = self.kube_server
+            self.time_scale = self.server.time_scale     # kwok plays scenarios at the bed's scale
+            self.server.write_kubeconfig(self.kubeconfig)
+            self.server.start_tracking(self.tracker)
+        elif self.api_process:
             self.server = RemoteApiServer(nodes=self.nodes, time_scale=self.time_scale, seed=self.seed)
             self.server.start()
             self.server.write_kubeconfig(self.kubeconfig)
@@ -350,6 +365,9 @@ class TestBed:
 
         self._api_client = new_client_from_config(config_file=str(self.kubeconfig))
         self._core = client.CoreV1Api(self._api_client)
+        # Evictions are the cluster's doing (a drain, an admin), not the agent's: on a real API
+        # server the agent's ServiceAccount may not create them, so the bed evicts as admin.
+        self._evict_core = getattr(self.server, "admin_core", None) or self._core
         self.start_agent()
         self.router = Router(cfg, self.schedd, max_running_hooks=self.max_running_hooks, record_io=False,
                              hook_timeout=120.0, spawn_threads=self.spawn_threads,
@@ -364,7 +382,7 @@ class TestBed:
         if self.router is not None:
             self.router.close()
         self.stop_agent()
-        if isinstance(self.server, RemoteApiServer):
+        if isinstance(self.server, RemoteApiServer) or self.kube == "real":
             self.server.stop()
         elif self.server is not None:
             with contextlib.suppress(Exception):
@@ -404,7 +422,8 @@ class TestBed:
                     n += 1
         (self.confdir / "999-demo.conf").write_text(OVERLAY.format(
             hooks=self.hooks, socket=self.socket, spool=self.spool, kubeconfig=self.kubeconfig,
-            mirror_lag=self.mirror_lag) + self.extra_config + "\n" + local_dirs_read)
+            mirror_lag=self.mirror_lag) + getattr(self.server, "agent_config", "") + self.extra_config + "\n"
+            + local_dirs_read)
 
     def _namespaces(self, cfg: Any) -> set[str]:
         """CE_K8S_NAMESPACE plus every K8sNamespace a route or transform sets for the demo's pilot
@@ -435,6 +454,10 @@ class TestBed:
         from kubernetes.client.rest import ApiException
         from kubernetes.config import new_client_from_config
 
+        if self.kube == "real":     # as a site does: each pilot namespace with the shipped Role
+            for ns in sorted(namespaces):
+                self.server.prepare_namespace(ns)
+            return
         api = new_client_from_config(config_file=str(self.kubeconfig))
         core = client.CoreV1Api(api)
         calls = [(core.create_namespace, {"metadata": {"name": ns}}) for ns in sorted(namespaces)]
@@ -529,7 +552,7 @@ class TestBed:
             name, ns = pod
             body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
             try:
-                self._core.create_namespaced_pod_eviction(name, ns, body, _request_timeout=5)
+                self._evict_core.create_namespaced_pod_eviction(name, ns, body, _request_timeout=5)
             except ApiException as exc:
                 if exc.status != 404:
                     continue
@@ -538,7 +561,7 @@ class TestBed:
             self.evicted.add(job)
 
     def _find_pod(self, name: str) -> tuple[str, str] | None:
-        if isinstance(self.server, RemoteApiServer):  # no store access: ask the API (one list call)
+        if not hasattr(self.server, "store"):  # no store access: ask the API (one list call)
             pods = self._core.list_pod_for_all_namespaces(field_selector=f"metadata.name={name}",
                                                           _request_timeout=5).items
             return next(((name, p.metadata.namespace) for p in pods if p.status.phase == "Running"), None)
@@ -622,6 +645,8 @@ class TestBed:
 
     # ------------------------------------------------------------------ measurements
     def _count(self, resource: str) -> int:
+        if self.kube == "real":
+            return self.server.managed_count(resource)
         if isinstance(self.server, RemoteApiServer):
             return int(self.server.stats()[f"{resource}_left"])  # type: ignore[call-overload]
         return int(self.server.call(managed_count, self.server.store, resource))

@@ -35,7 +35,8 @@ PILOTS = "ce-k8s-pilots"
 SCANNED = ["ce_k8s"]
 # ops/nodes.py runs from the Slurm controller with its own identity (containers/slurm/rbac.yaml),
 # checked by tests/ops/test_slurm.py; granting node patch and evictions to the agent would be wrong.
-EXCLUDED = ("ce_k8s/sim/", "ce_k8s/ops/nodes.py")
+# The test beds (the emulators, the real control plane's tools) act as the cluster, not as the CE.
+EXCLUDED = ("ce_k8s/sim/", "ce_k8s/real/", "ce_k8s/ops/nodes.py")
 
 SERIALIZE_DEF = re.compile(r"def _(\w+)_serialize\(")
 REQUEST = re.compile(r"method='(\w+)',\s*resource_path='([^']+)'")

@@ -1,0 +1,7 @@
+"""The real environments of the test bed: a real HTCondor and a real Kubernetes control plane.
+
+Nothing here is emulated: `kubebuild` builds kube-apiserver, kube-controller-manager,
+kube-scheduler, kubectl, etcd and kwok from the Go module proxy into a cache, and `kube` runs
+them on loopback. The emulators (`ce_k8s/sim/`) stay for what these cannot do here (faults,
+millisecond timing, 50,000 pods in seconds) and answer to them (docs/real-kubernetes.md).
+"""

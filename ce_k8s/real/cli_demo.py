@@ -1,0 +1,66 @@
+"""`ce-k8s demo`: the emulated demo (ce_k8s.sim.demo), or the same run on the real control plane.
+
+    ce-k8s demo [--kube emulated|real] [--kube-state DIR] [--condor emulated|real] [...the demo's options]
+
+With `--kube real` the pilots' pods go to the real kube-apiserver of `ce-k8s testbed real-kube up`
+(brought up here, and down again, when it is not up): admission, scheduling, the Eviction API and
+garbage collection are the real ones, kwok plays each pod's scenario, and the agent holds only its
+ServiceAccount's rights. Everything else is as `ce-k8s demo` (docs/demo.md); the JSON has the same
+keys. This module owns the choice so that the emulator room never imports the real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ce_k8s.sim.demo import add_arguments as demo_arguments
+
+    demo_arguments(parser)
+    parser.add_argument("--kube", choices=("emulated", "real"), default="emulated",
+                        help="Kubernetes: our API emulator and kubelet simulator (default), or the real control "
+                             "plane with kwok nodes (`ce-k8s testbed real-kube up`; brought up and down here if "
+                             "it is not up)")
+    parser.add_argument("--kube-state", metavar="DIR",
+                        help="with --kube real: the control plane's state directory "
+                             "(default /var/tmp/ce-k8s-real-kube)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ce_k8s.sim import demo
+
+    if args.kube == "emulated":
+        return demo.run(args)
+    if args.api_fault_rate:
+        sys.stderr.write("ce-k8s demo: --api-fault-rate needs the emulator; a real API server injects no faults\n")
+        return 2
+    from ce_k8s.real.kube import STATE_DIR, RealKube, RealKubeError
+    from ce_k8s.real.kubebuild import BuildError
+    from ce_k8s.real.kubeserver import RealKubeServer
+
+    def progress(msg: str) -> None:
+        sys.stderr.write(f"ce-k8s demo: {msg}\n")
+        sys.stderr.flush()
+
+    env = RealKube(args.kube_state or STATE_DIR)
+    ours = False
+    try:
+        if not env.status().get("up"):
+            env.up(time_scale=args.time_scale, progress=progress)
+            ours = True
+        server = RealKubeServer(env)
+        if args.condor == "real":
+            server.start_tracking()
+            try:
+                return demo.run_real(args, kube_server=server)
+            finally:
+                server.stop()
+        return demo.run(args, kube_server=server)
+    except (RealKubeError, BuildError) as exc:
+        sys.stderr.write(f"ce-k8s demo --kube real: {exc}\n")
+        return 2
+    finally:
+        if ours:
+            env.down(progress=progress)

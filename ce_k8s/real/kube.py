@@ -1,0 +1,489 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok nodes and a kubelet stub, with the shipped manifests applied as a site would.
+
+    ce-k8s testbed real-kube up|down|status [--kubernetes 1.37|1.36] [--nodes SPEC] [--state DIR]
+
+Everything Kubernetes decides here is the real binaries' work, built from the Go module proxy by
+:mod:`ce_k8s.real.kubebuild`: admission (PodSecurity, LimitRanger, ResourceQuota, Priority,
+ServiceAccount, DefaultTolerationSeconds, ...), RBAC, scheduling, garbage collection by owner
+reference, the Eviction API, watch caches and their 410s. Only the kubelet is not real: kwok
+(a kubernetes-sigs tool) plays each node and the pod lifecycle from the Stages of
+:mod:`ce_k8s.real.kwokstages`, and :mod:`ce_k8s.real.kubeletstub` answers the two kubelet
+endpoints kwok does not serve as ce-k8s needs them (`/stats/summary`, and `/containerLogs` with
+each pod's own output). docs/real-kubernetes.md has the layout and what it confirmed.
+
+* **Identities.** A static token file: `admin` (system:masters) for the bed itself, the
+  controller manager, the scheduler, kwok and the stub. **The agent never gets it:** `up` applies
+  `containers/k8s/base` (namespaces with their PodSecurity labels, RBAC, quota, LimitRange,
+  PriorityClass) with `kubectl apply -k`, then asks the TokenRequest API for a token of the
+  ServiceAccount `ce-k8s-system/ce-k8s-agent` and writes `<state>/kubeconfig` with that token only.
+  `<state>/admin.kubeconfig` is the admin's.
+* **TLS.** The API server writes its own serving certificate (`--cert-dir`) signed by a CA it
+  makes; both kubeconfigs trust that CA. The kubelet stub's certificate is self-signed (the API
+  server does not verify kubelets without `--kubelet-certificate-authority`, as on most clusters).
+* **State** lives in `<state>` (default /var/tmp/ce-k8s-real-kube): logs, pids, `state.json`.
+  `down` stops every process it started and removes nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ce_k8s.real import kubebuild, kwokstages
+from ce_k8s.sim.realcondor import _alive
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = Path(os.environ.get("CE_K8S_REAL_KUBE_STATE", "/var/tmp/ce-k8s-real-kube"))  # noqa: S108
+REPO = Path(__file__).resolve().parents[2]
+BASE_MANIFESTS = REPO / "containers" / "k8s" / "base"
+# The demo's pools (ce_k8s.sim.realcondor.DEFAULT_NODES): CPU, GPU with its taint, whole-node.
+DEFAULT_NODES = ("cpu:8x64c256g,"
+                 "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
+                 "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
+ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 - a file name, not a secret
+AGENT_NAMESPACE = "ce-k8s-system"
+AGENT_SA = "ce-k8s-agent"
+PILOT_NAMESPACE = "ce-k8s-pilots"
+# How long a lost node's pods keep running before the taint manager evicts them (the API server's
+# DefaultTolerationSeconds admission adds these tolerations to every pod; 300 s by default).
+TOLERATION_SECONDS = 10
+NODE_MONITOR_GRACE = "8s"
+# A node no pilot is scheduled to (its taint), played by a kwok of its own, that tests can lose.
+SPARE = "spare"
+SPARE_NODE = f"{SPARE}:1x16c64g:taint=ce-k8s.test/spare:NoSchedule"
+
+
+class RealKubeError(RuntimeError):
+    """The control plane cannot be built or started; the message says what failed and where to look."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class State:
+    """What `up` started, kept in `<state>/state.json` so `down`, `status` and tests find it."""
+
+    version: str
+    bin: str
+    server: str
+    etcd: str
+    pids: dict[str, int] = field(default_factory=dict)
+    node_ports: dict[str, int] = field(default_factory=dict)
+    nodes: str = DEFAULT_NODES
+    time_scale: float = 0.05     # real seconds per simulated second of a scenario's `run=`
+    started: float = 0.0
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> State | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+class RealKube:
+    """One real control plane: `up()`, `down()`, `status()`, and what tests need to drive it."""
+
+    def __init__(self, state_dir: Path | str = STATE_DIR, minor: str = kubebuild.DEFAULT_MINOR) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self.minor = minor
+        self.state_file = self.state_dir / "state.json"
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def kubeconfig(self) -> Path:
+        """The agent's kubeconfig: its ServiceAccount's token, nothing more."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.state_dir / "admin.kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / "apiserver" / "ca.crt"
+
+    def state(self) -> State | None:
+        return State.load(self.state_file)
+
+    def log_file(self, name: str) -> Path:
+        return self.state_dir / "logs" / f"{name}.log"
+
+    # ------------------------------------------------------------------ processes
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        logf = self.log_file(name)
+        logf.parent.mkdir(parents=True, exist_ok=True)
+        with open(logf, "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env={**os.environ, **(env or {})},
+                                    cwd=self.state_dir)
+        log.debug("started %s pid %d: %s", name, proc.pid, " ".join(argv))
+        return proc.pid
+
+    def _wait(self, what: str, check: Callable[[], bool], timeout: float, pid: int | None = None,
+              name: str | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if pid is not None and not _alive(pid):
+                tail = self._tail(name or what)
+                raise RealKubeError(f"{what} exited while starting; last lines of {self.log_file(name or what)}:\n"
+                                    f"{tail}")
+            time.sleep(0.2)
+        raise RealKubeError(f"{what} not ready after {timeout:.0f} s; see {self.log_file(name or what)}:\n"
+                            f"{self._tail(name or what)}")
+
+    def _tail(self, name: str, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_file(name).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _get(self, url: str, ctx: ssl.SSLContext | None = None, token: str | None = None,
+             timeout: float = 3) -> tuple[int, bytes]:
+        req = urllib.request.Request(url)  # noqa: S310 - loopback URLs we built
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:  # noqa: S310
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except (OSError, urllib.error.URLError):
+            return 0, b""
+
+    def admin_token(self) -> str:
+        return (self.state_dir / ADMIN_TOKEN_FILE).read_text().strip()
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        st = self.state()
+        if st is None:
+            raise RealKubeError("the real control plane is not up (`ce-k8s testbed real-kube up`)")
+        proc = subprocess.run([str(Path(st.bin) / "kubectl"), "--kubeconfig", str(kubeconfig or self.admin_kubeconfig),
+                               *args], capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise RealKubeError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    # ------------------------------------------------------------------ up
+    def up(self, nodes: str = DEFAULT_NODES, time_scale: float = 0.05,
+           progress: Callable[[str], None] = print) -> State:
+        """Build (cached) and start everything; idempotent when it is already up."""
+        current = self.state()
+        if current is not None and self._healthy(current):
+            progress(f"already up: {current.server} (Kubernetes {current.version})")
+            return current
+        if current is not None:
+            self.down(progress=progress)
+        started = time.monotonic()
+        bins = kubebuild.build(self.minor, progress=progress)
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        for sub in ("logs", "etcd", "apiserver", "pki"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o755)  # noqa: S103 - others read logs; tokens are 0600
+        admin = os.urandom(24).hex()
+        (self.state_dir / ADMIN_TOKEN_FILE).write_text(admin + "\n")
+        os.chmod(self.state_dir / ADMIN_TOKEN_FILE, 0o600)
+        tokens = self.state_dir / "pki" / "tokens.csv"
+        tokens.write_text(f'{admin},admin,admin,"system:masters"\n')
+        os.chmod(tokens, 0o600)
+        sa_key = self.state_dir / "pki" / "sa.key"
+        subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=True)
+        stub_cert, stub_key = self.state_dir / "pki" / "kubelet.crt", self.state_dir / "pki" / "kubelet.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj",
+                        "/CN=ce-k8s-kubelet-stub", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                        "-keyout", str(stub_key), "-out", str(stub_cert)], capture_output=True, check=True)
+
+        etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+        kwok_port, spare_port = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        server = f"https://127.0.0.1:{api_port}"
+        state = State(version=bins.version, bin=str(bins.bin), server=server, etcd=etcd_url, nodes=nodes,
+                      time_scale=time_scale, started=time.time())
+        state.save(self.state_file)
+        try:
+            progress(f"starting etcd on {etcd_url}")
+            state.pids["etcd"] = self._start("etcd", [
+                bins["etcd"], "--name", "n0", "--data-dir", str(self.state_dir / "etcd"),
+                "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+                "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+                "--initial-cluster", f"n0=http://127.0.0.1:{etcd_peer}", "--unsafe-no-fsync",
+                "--log-level", "warn"])
+            state.save(self.state_file)
+            self._wait("etcd", lambda: self._get(f"{etcd_url}/health")[0] == 200, 60, state.pids["etcd"])
+
+            progress(f"starting kube-apiserver {bins.version} on {server}")
+            state.pids["kube-apiserver"] = self._start("kube-apiserver", self.apiserver_args(state, tokens, sa_key))
+            state.save(self.state_file)
+            self._wait_apiserver(state, 120)
+            self._write_kubeconfig(self.admin_kubeconfig, server, token=admin)
+
+            progress("starting kube-controller-manager and kube-scheduler")
+            kcm = self.state_dir / "admin.kubeconfig"
+            state.pids["kube-controller-manager"] = self._start("kube-controller-manager", [
+                bins["kube-controller-manager"], f"--kubeconfig={kcm}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", "--secure-port=0", f"--service-account-private-key-file={sa_key}",
+                f"--root-ca-file={self.ca_file}", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+                "--node-monitor-period=2s", "--controllers=*"])
+            state.pids["kube-scheduler"] = self._start("kube-scheduler", [
+                bins["kube-scheduler"], f"--kubeconfig={kcm}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", "--secure-port=0"])
+            state.save(self.state_file)
+
+            progress("applying containers/k8s/base as a site would (kubectl apply -k)")
+            self.kubectl("apply", "-k", str(BASE_MANIFESTS))
+            self._wait("the default ServiceAccount of ce-k8s-pilots",
+                       lambda: self.kubectl("get", "serviceaccount", "default", "-n", PILOT_NAMESPACE,
+                                            check=False).returncode == 0, 60,
+                       state.pids["kube-controller-manager"], "kube-controller-manager")
+
+            from ce_k8s.sim.cluster import parse_nodes
+
+            specs = parse_nodes(nodes) + parse_nodes(SPARE_NODE)
+            state.node_ports = {spec.name: free_port() for spec in specs}
+            state.save(self.state_file)
+            progress(f"starting the kubelet stub for {len(specs)} nodes")
+            state.pids["kubelet-stub"] = self._start("kubelet-stub", [
+                sys.executable, "-m", "ce_k8s.real.kubeletstub", "--state", str(self.state_dir)])
+            state.save(self.state_file)
+            stub_ctx = ssl._create_unverified_context()  # noqa: S323 - the stub's self-signed certificate
+            first = next(iter(state.node_ports.values()))
+            self._wait("kubelet-stub", lambda: self._get(f"https://127.0.0.1:{first}/healthz", stub_ctx)[0] == 200,
+                       30, state.pids["kubelet-stub"])
+
+            progress("starting kwok and registering nodes")
+            stages = self.state_dir / "kwok.yaml"
+            stages.write_text(kwokstages.stages(time_scale))
+            # Two kwok processes: one plays the pools, the other only the spare node a test can
+            # lose (its kwok stopped: the node's kubelet gone, as far as the cluster can tell).
+            for name, manages, port in (("kwok", "true", kwok_port), ("kwok-spare", "spare", spare_port)):
+                state.pids[name] = self._start(name, [
+                    bins["kwok"], f"--kubeconfig={kcm}", f"--config={stages}",
+                    f"--manage-nodes-with-label-selector={kwokstages.MANAGED_LABEL}={manages}",
+                    "--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
+                    "--node-lease-duration-seconds=40"])
+            state.save(self.state_file)
+            self.register_nodes(specs, state.node_ports)
+            self._wait("kwok", lambda: self._nodes_ready(len(specs)), 90, state.pids["kwok"])
+
+            progress("issuing the agent's ServiceAccount token (TokenRequest)")
+            self._write_agent_kubeconfig(server)
+        except Exception:
+            progress("start failed; stopping what was started")
+            self.down(progress=progress)
+            raise
+        progress(f"up in {time.monotonic() - started:.1f} s: {server}, agent kubeconfig {self.kubeconfig}")
+        return state
+
+    def apiserver_args(self, state: State, tokens: Path, sa_key: Path) -> list[str]:
+        port = state.server.rsplit(":", 1)[1]
+        return [
+            str(Path(state.bin) / "kube-apiserver"),
+            f"--etcd-servers={state.etcd}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            # A loopback advertise address is refused by the endpoint reconciler ("may not be in the
+            # loopback range"): nothing in the bed reaches the API through the `kubernetes` Service.
+            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--cert-dir={self.state_dir / 'apiserver'}",
+            f"--token-auth-file={tokens}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--default-not-ready-toleration-seconds={TOLERATION_SECONDS}",
+            f"--default-unreachable-toleration-seconds={TOLERATION_SECONDS}",
+            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.state_dir / 'audit.log'}",
+            "--audit-log-format=json", "--audit-log-mode=blocking",
+            "--profiling=false", "--v=1"]
+
+    def _audit_policy(self) -> Path:
+        """Audit the agent's ServiceAccount only (ce_k8s.real.kubeserver counts its calls from it)."""
+        path = self.state_dir / "pki" / "audit-policy.yaml"
+        path.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+                        f"- level: Metadata\n  users: [\"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SA}\"]\n"
+                        "- level: None\n")
+        return path
+
+    def _wait_apiserver(self, state: State, timeout: float) -> None:
+        def ready() -> bool:
+            ctx = ssl._create_unverified_context()  # noqa: S323 - before the CA file exists
+            return self._get(f"{state.server}/readyz", ctx, token=self.admin_token())[0] == 200
+        self._wait("kube-apiserver", ready, timeout, state.pids["kube-apiserver"])
+        if not self.ca_file.exists():
+            self._extract_ca()
+
+    def _extract_ca(self) -> None:
+        """The API server's self-signed serving cert is `apiserver.crt` followed by its CA; keep the CA."""
+        pem = (self.state_dir / "apiserver" / "apiserver.crt").read_text()
+        blocks = [b + "-----END CERTIFICATE-----\n" for b in pem.split("-----END CERTIFICATE-----") if "BEGIN" in b]
+        self.ca_file.write_text(blocks[-1].lstrip())
+
+    def _write_kubeconfig(self, path: Path, server: str, token: str, user: str = "admin") -> None:
+        import yaml
+
+        import base64
+
+        # The CA inline, so the file works wherever it is copied (the real-HTCondor bed's root).
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        conf = {"apiVersion": "v1", "kind": "Config", "current-context": "real-kube",
+                "clusters": [{"name": "real-kube", "cluster": {"server": server,
+                                                               "certificate-authority-data": ca}}],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": "real-kube", "context": {"cluster": "real-kube", "user": user}}]}
+        path.write_text(yaml.safe_dump(conf, sort_keys=False))
+        os.chmod(path, 0o600)
+
+    def _write_agent_kubeconfig(self, server: str) -> None:
+        proc = self.kubectl("create", "token", AGENT_SA, "-n", AGENT_NAMESPACE, "--duration=48h")
+        self._write_kubeconfig(self.kubeconfig, server, token=proc.stdout.strip(),
+                               user=f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SA}")
+
+    def register_nodes(self, specs, ports: dict[str, int]) -> None:
+        """Create the Node objects kwok will manage, as a kubelet registers itself."""
+        docs = []
+        for spec in specs:
+            node = spec.manifest()
+            meta = node.setdefault("metadata", {})
+            meta.setdefault("annotations", {}).update({
+                kwokstages.KUBELET_PORT: str(ports[spec.name]), "node.alpha.kubernetes.io/ttl": "0"})
+            spare = spec.name.startswith("spare-")
+            meta.setdefault("labels", {}).update({"type": "kwok",
+                                                  kwokstages.MANAGED_LABEL: "spare" if spare else "true"})
+            node.pop("status", None)
+            node["status"] = {"capacity": spec.capacity(), "allocatable": spec.capacity()}
+            docs.append(node)
+        path = self.state_dir / "nodes.json"
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        self.kubectl("create", "-f", str(path))
+
+    def _nodes_ready(self, count: int) -> bool:
+        proc = self.kubectl("get", "nodes", "-o", "json", check=False)
+        if proc.returncode != 0:
+            return False
+        ready = 0
+        for node in json.loads(proc.stdout).get("items", []):
+            conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            ready += conds.get("Ready") == "True"
+        return ready >= count
+
+    def _healthy(self, st: State) -> bool:
+        if not all(_alive(pid) for pid in st.pids.values()):
+            return False
+        ctx = ssl._create_unverified_context()  # noqa: S323 - a health probe of our own server
+        try:
+            token = self.admin_token()
+        except OSError:
+            return False
+        return self._get(f"{st.server}/readyz", ctx, token=token)[0] == 200
+
+    # ------------------------------------------------------------------ restarts (tests)
+    def restart(self, name: str, progress: Callable[[str], None] = print) -> None:
+        """Stop one component (SIGTERM, then SIGKILL) and start it again with the same arguments."""
+        st = self.state()
+        if st is None or name not in st.pids:
+            raise RealKubeError(f"{name} is not running in this bed")
+        argv = Path(f"/proc/{st.pids[name]}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        self.stop_process(name)
+        st.pids[name] = self._start(name, [a.decode() for a in argv])
+        st.save(self.state_file)
+        if name == "etcd":
+            self._wait("etcd", lambda: self._get(f"{st.etcd}/health")[0] == 200, 60, st.pids["etcd"])
+        elif name == "kube-apiserver":
+            self._wait_apiserver(st, 120)
+        progress(f"restarted {name} (pid {st.pids[name]})")
+
+    def lose_spare_node(self) -> None:
+        """The spare node stops reporting, as when its kubelet or network dies: its kwok is stopped
+        (SIGSTOP), so its lease and status are no longer renewed and its pods stay as they are.
+        (Relabelling a node out of kwok's selection does not do it: kwok keeps heartbeating it.)"""
+        st = self.state()
+        assert st is not None
+        os.kill(st.pids["kwok-spare"], signal.SIGSTOP)
+
+    def return_spare_node(self) -> None:
+        """The spare node comes back: its kwok runs again (Ready, and it finishes deletions)."""
+        st = self.state()
+        assert st is not None
+        os.kill(st.pids["kwok-spare"], signal.SIGCONT)
+
+    def stop_process(self, name: str) -> None:
+        st = self.state()
+        if st is None or name not in st.pids:
+            return
+        _terminate(st.pids[name])
+
+    # ------------------------------------------------------------------ down / status
+    def down(self, progress: Callable[[str], None] = print) -> None:
+        st = self.state()
+        if st is None:
+            progress("nothing to stop")
+            return
+        order = ["kwok", "kwok-spare", "kubelet-stub", "kube-scheduler", "kube-controller-manager",
+                 "kube-apiserver", "etcd"]
+        for name in sorted(st.pids, key=lambda n: order.index(n) if n in order else -1):
+            _terminate(st.pids[name])
+        self.state_file.unlink(missing_ok=True)
+        progress(f"stopped {', '.join(st.pids) or 'nothing'}")
+
+    def status(self) -> dict[str, object]:
+        st = self.state()
+        if st is None:
+            return {"up": False, "state": str(self.state_dir)}
+        alive = {name: _alive(pid) for name, pid in st.pids.items()}
+        out: dict[str, object] = {"up": self._healthy(st), "state": str(self.state_dir), "server": st.server,
+                                  "kubernetes": st.version, "processes": alive,
+                                  "kubeconfig": str(self.kubeconfig), "admin_kubeconfig": str(self.admin_kubeconfig)}
+        if out["up"]:
+            proc = self.kubectl("get", "nodes", "--no-headers", check=False)
+            out["nodes"] = len(proc.stdout.splitlines())
+        out["kwok_stage_errors"] = self.kwok_stage_errors()
+        return out
+
+    def kwok_stage_errors(self) -> int:
+        """How often kwok could not apply a Stage (a template or expression error in ours)."""
+        try:
+            lines = self.log_file("kwok").read_text(errors="replace").splitlines()
+        except OSError:
+            return 0
+        # A delete that finds the pod gone already (the API server removes a finished pod at once)
+        # is a race kwok reports, not an error of our Stages.
+        return sum(1 for line in lines if "failed to apply stage" in line and "not found" not in line)
+
+
+def _terminate(pid: int, timeout: float = 10.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGCONT)      # a stopped process (a lost node's kwok) must see it
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
