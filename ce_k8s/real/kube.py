@@ -345,9 +345,9 @@ class RealKube:
         self.ca_file.write_text(blocks[-1].lstrip())
 
     def _write_kubeconfig(self, path: Path, server: str, token: str, user: str = "admin") -> None:
-        import yaml
-
         import base64
+
+        import yaml
 
         # The CA inline, so the file works wherever it is copied (the real-HTCondor bed's root).
         ca = base64.b64encode(self.ca_file.read_bytes()).decode()
