@@ -499,6 +499,11 @@ class RealCondor:
                                   f"`ce-k8s testbed real-condor down --state {self.state_dir}` first")
         if current is not None:
             self.down(progress=progress)
+        _port_free(COLLECTOR_PORT)
+        others = _processes_in(self.root)
+        if others:
+            raise RealCondorError(f"{len(others)} processes already run in {self.root} (a bed of another state "
+                                  "directory is up?): one bed per root, `ce-k8s testbed real-condor down` it first")
         build_root(self.root, progress=progress, htcondor=self.flavour.htcondor)
         self._fresh_state_dir()
         mounts: list[str] = []
@@ -790,6 +795,22 @@ class RealCondor:
                     counts[key] = counts.get(key, 0) + 1
                 out["ce_jobs_by_status"] = counts
         return out
+
+
+def _port_free(port: int) -> None:
+    """Refuse to start a second bed: every bed's daemons use the same loopback ports (the collector's
+    first), so two at once talk to each other's daemons, and the second one's `down` would unmount and
+    kill the first one's (seen when another session brought a bed up on a copy of the root)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise RealCondorError(f"127.0.0.1:{port} is in use ({exc.strerror}): another real-HTCondor bed (or "
+                                  "a collector) is running; one bed per machine at a time, "
+                                  "`ce-k8s testbed real-condor status --state DIR` finds it") from None
 
 
 def _serve_accepts(flag: str) -> bool:

@@ -97,3 +97,18 @@ def test_a_root_of_another_version_is_refused(fake_apt, tmp_path):
     root = build_root(tmp_path / "root", progress=lambda _m: None, htcondor="23")
     with pytest.raises(RealCondorError, match=re.escape("holds HTCondor 23.9.6 from trixie, not 25.14.1 from sid")):
         build_root(root, progress=lambda _m: None, htcondor="25")
+
+
+def test_a_second_bed_is_refused_while_the_ports_are_taken():
+    """Two beds share the loopback ports (the collector's first): `up` must refuse the second one
+    with a message that says so, instead of starting daemons that talk to the other bed's."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
+            realcondor._port_free(port)
+    realcondor._port_free(port)     # free again once the listener is gone
