@@ -729,11 +729,24 @@ class RealCondor:
             return ""
 
     def down(self, progress=print) -> dict[str, object]:
-        """Stop everything `up` started and undo its mounts; safe to call twice."""
+        """Stop everything `up` started and undo its mounts; safe to call twice.
+
+        Without a state file this state directory has nothing up, and `down` touches nothing: what
+        runs in the root then belongs to a bed of another state directory (a `down` with the default
+        `--state` once killed and unmounted a test run's bed in the same root).
+        """
         require_root()
         state = State.load(self.state_file)
         self._follow(state)
         report: dict[str, object] = {"condor_off": False, "killed": 0, "unmounted": 0}
+        if state is None:
+            others = len(_processes_in(self.root))
+            if others:
+                report["other_bed_processes"] = others
+            progress(f"real HTCondor down: nothing is up for {self.state_dir}"
+                     + (f"; {others} processes run in {self.root} for another state directory, left alone"
+                        if others else ""))
+            return report
         if state is not None and _alive(state.master_pid):
             off = self.run(["condor_off", "-master"], check=False, timeout=30)
             report["condor_off"] = off.returncode == 0

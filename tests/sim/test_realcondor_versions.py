@@ -112,3 +112,22 @@ def test_a_second_bed_is_refused_while_the_ports_are_taken():
         with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
             realcondor._port_free(port)
     realcondor._port_free(port)     # free again once the listener is gone
+
+
+def test_down_without_a_state_file_leaves_another_beds_root_alone(monkeypatch, tmp_path):
+    """`down` for a state directory that has nothing up must not kill what runs in the root nor
+    unmount anything there: that belongs to a bed of another state directory."""
+    if os.geteuid() != 0:
+        pytest.fail("down needs root (CI runs as root)")
+    bed = realcondor.RealCondor(tmp_path / "state", tmp_path / "root", htcondor="23")
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("down acted on a root it did not bring up")
+
+    monkeypatch.setattr(realcondor, "_processes_in", lambda _root: [4242])
+    monkeypatch.setattr(realcondor, "_unmount_below", forbidden)
+    monkeypatch.setattr(realcondor.os, "kill", forbidden)
+    messages: list[str] = []
+    report = bed.down(progress=messages.append)
+    assert report["killed"] == 0 and report["other_bed_processes"] == 1
+    assert "left alone" in messages[0]
