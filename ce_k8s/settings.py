@@ -31,6 +31,10 @@ SECRET_HARD_MAX = 1024 * 1024  # Kubernetes refuses Secrets bigger than 1 MiB
 _TRUE = {"true", "yes", "1", "on", "t", "y"}
 _FALSE = {"false", "no", "0", "off", "f", "n"}
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+# Where the agent reads each pilot's CPU time and memory (docs/accounting.md "Where the numbers come
+# from"): each node's kubelet directly (RBAC get nodes/stats), through the API server's node proxy
+# (get nodes/proxy: the whole kubelet API of every node), or nowhere (CPU time unknown).
+USAGE_SOURCES = ("kubelet", "proxy", "none")
 CE_SPOOL = "/var/lib/condor-ce/spool"  # HTCondor-CE's packaged SPOOL ($(LOCAL_DIR)/lib/condor-ce/spool)
 CE_ROUTED_JOB_MAX_TIME = 4320  # HTCondor-CE's ROUTED_JOB_MAX_TIME (01-ce-router-defaults.conf), minutes
 BUILT_IN = "built-in default"
@@ -85,6 +89,9 @@ class Settings:
     agent_log: str = ""                       # CE_K8S_AGENT_LOG (default: $(LOG)/CeK8sAgentLog; "" = stderr only)
     per_job_history_dir: str = ""             # CE_K8S_PER_JOB_HISTORY_DIR ("" = off; APEL, docs/accounting.md)
     usage_interval: float = 60.0              # CE_K8S_USAGE_INTERVAL (s between kubelet Summary reads)
+    usage_source: str = "kubelet"             # CE_K8S_USAGE_SOURCE (kubelet, proxy or none; USAGE_SOURCES)
+    kubelet_ca: str = ""                      # CE_K8S_KUBELET_CA ("" = the cluster CA of the agent's credentials)
+    kubelet_insecure: bool = False            # CE_K8S_KUBELET_INSECURE (do not verify kubelets' serving certs)
     # field name -> which knob gave the value and where it was set ("SPOOL (/etc/condor-ce/...:35)");
     # fields read from no knob are absent. Not part of equality: two equal configurations compare equal.
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -139,6 +146,9 @@ class Settings:
             per_job_history_dir=(r.abspath("CE_K8S_PER_JOB_HISTORY_DIR", "/")
                                  if r.text("CE_K8S_PER_JOB_HISTORY_DIR", "") else ""),
             usage_interval=r.real("CE_K8S_USAGE_INTERVAL", d.usage_interval, 0.1, 86400.0),
+            usage_source=r.choice("CE_K8S_USAGE_SOURCE", d.usage_source, USAGE_SOURCES),
+            kubelet_ca=(r.abspath("CE_K8S_KUBELET_CA", "/") if r.text("CE_K8S_KUBELET_CA", "") else ""),
+            kubelet_insecure=r.boolean("CE_K8S_KUBELET_INSECURE", d.kubelet_insecure),
             origins=r.origins,
         )
         for f in dataclasses.fields(cls):  # every other field: its own knob, or the built-in default

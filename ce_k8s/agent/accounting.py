@@ -3,10 +3,25 @@
 A site must account for every pilot it runs (docs/accounting.md). Per attempt (one pod) ce-k8s
 knows from the pod itself: start and end (the pilot container's `startedAt`/`finishedAt`), hence
 the wall time; the cores and memory it requested; the node. CPU time and memory use come from the
-kubelet's Summary API (stats/v1alpha1), read through the API server's node proxy
-(`GET /api/v1/nodes/{node}/proxy/stats/summary`, RBAC `get` on `nodes/proxy`): the containers'
-`cpu.usageCoreNanoSeconds` (cumulative CPU time) and `memory.rssBytes` / `memory.workingSetBytes`
-/ `memory.usageBytes`. The summary has no peak memory, so the peak is the largest value seen.
+kubelet's Summary API (stats/v1alpha1): the containers' `cpu.usageCoreNanoSeconds` (cumulative CPU
+time) and `memory.rssBytes` / `memory.workingSetBytes` / `memory.usageBytes`. The summary has no
+peak memory, so the peak is the largest value seen.
+
+Where the Summary is read (`CE_K8S_USAGE_SOURCE`, docs/accounting.md "Where the numbers come from"):
+
+* `kubelet` (the default): each node's kubelet endpoint directly,
+  `GET https://<InternalIP, else Hostname>:<daemonEndpoints.kubeletEndpoint.Port>/stats/summary`,
+  with the agent's own credentials (the bearer token of its kubeconfig or in-cluster account). A
+  kubelet in webhook mode asks the API server a TokenReview and a SubjectAccessReview for `get` on
+  `nodes/stats` (kubelet pkg/kubelet/server/auth.go maps `/stats/*` to the `stats` subresource):
+  a grant that shows stats and nothing else. Its serving certificate is verified against
+  `CE_K8S_KUBELET_CA`, else the cluster CA of the agent's credentials, unless
+  `CE_K8S_KUBELET_INSECURE` (warned once: many kubelets serve self-signed certificates).
+* `proxy`: through the API server's node proxy, `GET /api/v1/nodes/{node}/proxy/stats/summary`,
+  RBAC `get` on `nodes/proxy`. That grant reaches every kubelet endpoint of every node (exec,
+  attach, run, logs, configz: docs/security.md), so the shipped RBAC no longer has it; it is for
+  sites whose CE cannot reach the kubelets.
+* `none`: no reads; CPU time unknown, no grant needed.
 
 Wall time (docs/accounting.md "Wall time and the CPU bound"): the container timestamps have whole
 seconds (a real kubelet writes RFC 3339 without a fraction, and the API server keeps whole seconds),
@@ -25,10 +40,17 @@ it), and once more when it has finished (the final cumulative CPU). A pod that e
 reads and is deleted before the final one keeps the last value read: CPU time is then a lower
 bound, never more than the kubelet reported.
 
-When the site does not grant `nodes/proxy`, the first 403 is logged once (event
-`usage-forbidden`) and CPU is *unknown*, not 0: the routed job gets no `RemoteUserCpu`, it gets
-`K8sCpuUsageKnown = false`, and the history file says the same (docs/accounting.md on what APEL
-makes of it). The grant is tried again every hour.
+A real kubelet's Summary has live containers only (its stats come from the container's cgroup):
+once the pilot container has exited, the final read finds nothing of it (finding 6 of issue 25,
+docs/real-kubernetes.md). The attempt then keeps the last sample, which is a lower bound, and says
+so (`K8sCpuLowerBound = true`, event `cpu-lower-bound`); with no sample at all its CPU time is
+unknown, never a known 0.
+
+When the site does not grant the source's permission (`nodes/stats` for the kubelet, `nodes/proxy`
+for the proxy; a kubelet that refuses the token answers 401), the first refusal is logged once
+(event `usage-forbidden`) and CPU is *unknown*, not 0: the routed job gets no `RemoteUserCpu`, it
+gets `K8sCpuUsageKnown = false`, and the history file says the same (docs/accounting.md on what
+APEL makes of it). The grant is tried again every hour.
 
 Node benchmark (APEL's scaling): the node label or annotation `ce-k8s.htcondor.org/apel-scaling`
 (a number, e.g. `1.12`) becomes `MachineAttrApelScaling0`, the annotation
@@ -40,13 +62,15 @@ already granted) at most every ten minutes.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
+import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubernetes.client.exceptions import ApiException
 
@@ -58,7 +82,12 @@ from ce_k8s.hooks._common import unquote
 
 log = logging.getLogger(__name__)
 
-SUMMARY_PATH = "/api/v1/nodes/{name}/proxy/stats/summary"
+SUMMARY_PATH = "/api/v1/nodes/{name}/proxy/stats/summary"   # CE_K8S_USAGE_SOURCE = proxy: get nodes/proxy
+KUBELET_SUMMARY_PATH = "/stats/summary"                      # on the kubelet itself: get nodes/stats
+KUBELET_DEFAULT_PORT = 10250                                 # a node that does not say its kubelet's port
+SOURCE_KUBELET, SOURCE_PROXY, SOURCE_NONE = "kubelet", "proxy", "none"
+# The RBAC (resource, subresource) each source needs, for logs, metrics and `ce-k8s doctor`.
+SOURCE_GRANT = {SOURCE_KUBELET: "nodes/stats", SOURCE_PROXY: "nodes/proxy"}
 SCALING_KEY = "ce-k8s.htcondor.org/apel-scaling"
 SPECS_KEY = "ce-k8s.htcondor.org/apel-specs"
 DEFAULT_INTERVAL = 60.0
@@ -87,6 +116,7 @@ class AttemptUsage:
     final: bool = False             # the read after the pod finished was done (or is impossible)
     ended: float | None = None      # time.time() the watch saw it deleted (when it never terminated)
     finish_seen: float = 0.0        # time.time() the watch saw it finished or deleted
+    seen_after_finish: bool = False  # a read begun after `finish_seen` still showed it: its CPU is final
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +138,9 @@ class AttemptRecord:
     specs: dict[str, float]
     wall_source: str = WALL_TIMESTAMPS  # which rule gave `wall` (`charge`)
     cpu_reported: float | None = None   # the kubelet's CPU seconds when `cpu_seconds` was capped to wall × cores
+    # The CPU time is the last sample taken while the pod ran, not a reading after its end (a real
+    # kubelet's Summary forgets an exited container): the attempt used at least that much.
+    cpu_lower_bound: bool = False
 
 
 def attempt_wall(start: int, end: int) -> tuple[float, str]:
@@ -166,17 +199,131 @@ def outcome_of(pod: PodInfo) -> str:
     return "deleted"
 
 
+class KubeletError(Exception):
+    """A kubelet's refusal or failure of one Summary read (`status` 0: no HTTP answer at all)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}" if status else reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletEndpoint:
+    """Where a node's kubelet listens, from the Node object (what the API server's proxy would use)."""
+
+    address: str
+    port: int
+
+    def url(self, path: str) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"https://{host}:{self.port}{path}"
+
+
+def kubelet_endpoint(node: dict) -> KubeletEndpoint | None:
+    """The kubelet endpoint of a Node object: its InternalIP (else its Hostname) and
+    `status.daemonEndpoints.kubeletEndpoint.Port` (the kubelet's default 10250 when absent), the
+    order the API server's own `--kubelet-preferred-address-types` uses on most clusters."""
+    status = node.get("status") or {}
+    addresses = [a for a in status.get("addresses") or () if isinstance(a, dict) and a.get("address")]
+    address = next((str(a["address"]) for kind in ("InternalIP", "Hostname")
+                    for a in addresses if a.get("type") == kind), None)
+    if address is None:
+        return None
+    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+    return KubeletEndpoint(address, int(port) if isinstance(port, int) and 0 < port < 65536 else KUBELET_DEFAULT_PORT)
+
+
+@dataclass
+class KubeletClient:
+    """GETs on kubelets' own HTTPS endpoints with the agent's credentials (CE_K8S_USAGE_SOURCE=kubelet).
+
+    The credentials are those of the agent's API client: its bearer token (re-read before each
+    request through the client's refresh hook, so a rotated in-cluster token is followed) and, when
+    the kubeconfig has one, its client certificate. The kubelet's serving certificate is verified
+    against `ca` (CE_K8S_KUBELET_CA), else the cluster CA of the same configuration; `insecure`
+    (CE_K8S_KUBELET_INSECURE) skips that, for kubelets with self-signed serving certificates, and is
+    logged once as a warning: the token then goes to whoever answers at the node's address.
+    """
+
+    configuration: object
+    ca: str = ""
+    insecure: bool = False
+    _ctx: ssl.SSLContext | None = field(default=None, repr=False)
+
+    def context(self) -> ssl.SSLContext:
+        if self._ctx is None:
+            conf = self.configuration
+            if self.insecure:
+                ctx = ssl.create_default_context()
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                log.warning("%s", fields(
+                    event="kubelet-tls-unverified",
+                    why="CE_K8S_KUBELET_INSECURE: kubelets' serving certificates are not verified "
+                        "(set CE_K8S_KUBELET_CA to the CA that signed them instead)"))
+            else:
+                ctx = ssl.create_default_context(cafile=self.ca or getattr(conf, "ssl_ca_cert", None) or None)
+            cert, key = getattr(conf, "cert_file", None), getattr(conf, "key_file", None)
+            if cert and key:
+                ctx.load_cert_chain(cert, key)
+            self._ctx = ctx
+        return self._ctx
+
+    def authorization(self) -> str | None:
+        """The Authorization header the API client itself would send (its `auth_settings`, which
+        run the client's token refresh hook: an in-cluster token is re-read as it rotates)."""
+        settings = getattr(self.configuration, "auth_settings", None)
+        value = None
+        for auth in (settings() if settings is not None else {}).values():
+            if auth.get("in") == "header" and str(auth.get("key", "")).lower() == "authorization":
+                value = auth.get("value")
+        if value and not value.lower().startswith("bearer "):
+            value = "Bearer " + value
+        return value or None
+
+    def get(self, endpoint: KubeletEndpoint, path: str, timeout: float) -> bytes:
+        """The body of a 200 answer; KubeletError otherwise (401/403 with the kubelet's words)."""
+        headers = {"Accept": "application/json"}
+        token = self.authorization()
+        if token:
+            headers["Authorization"] = token
+        conn = http.client.HTTPSConnection(endpoint.address, endpoint.port, timeout=timeout, context=self.context())
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+        except ssl.SSLCertVerificationError as exc:
+            raise KubeletError(0, f"TLS: {exc.verify_message or exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise KubeletError(0, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise KubeletError(resp.status, body[:200].decode("utf-8", "replace").strip() or resp.reason)
+        return body
+
+
 class UsageCollector:
     """Samples the Summary API for our running pods and settles each attempt when its pod ends.
 
     `on_final(record)` runs (on the collector's thread) once per attempt whose pod ran; the agent
-    writes the history file there. `pods()` gives the watch cache's live pods.
+    writes the history file there. `pods()` gives the watch cache's live pods. `source` is
+    CE_K8S_USAGE_SOURCE (module docstring); `kubelet_ca` / `kubelet_insecure` are used by the
+    `kubelet` source only.
     """
 
     def __init__(self, api_client, core_api, pods: Callable[[], list[PodInfo]], *, interval: float = DEFAULT_INTERVAL,
                  request_timeout: float = 10.0, acquire: Callable[[], None] | None = None,
                  on_final: Callable[[AttemptRecord], None] | None = None,
-                 on_error: Callable[[str, str, BaseException], None] | None = None) -> None:
+                 on_error: Callable[[str, str, BaseException], None] | None = None,
+                 source: str = SOURCE_KUBELET, kubelet_ca: str = "", kubelet_insecure: bool = False) -> None:
+        if source not in (SOURCE_KUBELET, SOURCE_PROXY, SOURCE_NONE):
+            raise ValueError(f"unknown usage source {source!r}")
+        self.source = source
+        self.grant = SOURCE_GRANT.get(source, "")
+        self.kubelet = (KubeletClient(getattr(api_client, "configuration", None), kubelet_ca, kubelet_insecure)
+                        if source == SOURCE_KUBELET else None)
         self.calls = CoreCalls(api_client)
         self.core = core_api
         self.pods = pods
@@ -190,6 +337,8 @@ class UsageCollector:
         self.forbidden_since: float | None = None
         self.summaries = 0                            # summary requests answered (tests, metrics)
         self._nodes: dict[str, tuple[float | None, dict[str, float]]] = {}
+        self._endpoints: dict[str, KubeletEndpoint] = {}   # node -> its kubelet (source `kubelet`)
+        self._tls_said = False
         self._nodes_at = 0.0
         self._nodes_forbidden = False
         self._finals: dict[str, PodInfo] = {}
@@ -205,6 +354,9 @@ class UsageCollector:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.source == SOURCE_NONE:
+            log.info("%s", fields(event="usage-off", why="CE_K8S_USAGE_SOURCE = none: CPU time and memory "
+                                                         "are accounted as unknown"))
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ce-k8s-usage", daemon=True)
         self._thread.start()
@@ -361,6 +513,12 @@ class UsageCollector:
         scaling, specs = self.node_benchmark(pod.node)
         cores = max(1, math.ceil(pod.cpu_request - 1e-9)) if pod.cpu_request else 1
         wall, source, cpu, reported = charge(start, end, None if u.cpu_ns is None else u.cpu_ns / 1e9, cores)
+        lower = cpu is not None and not u.seen_after_finish
+        if lower:
+            # A real kubelet's Summary forgets an exited container (finding 6): what we have is the
+            # last sample taken while it ran, so the attempt used at least that much.
+            log.info("%s", fields(event="cpu-lower-bound", pod=pod.name, node=pod.node, cpu_s=round(cpu or 0.0, 1),
+                                  sampled_before_end_s=round(max(0.0, (u.finish_seen or time.time()) - u.sampled), 1)))
         if source != WALL_TIMESTAMPS:
             # The wall has the second the truncated `finishedAt` hid: so has the end, which keeps
             # CompletionDate - JobStartDate == RemoteWallClockTime (the true end is before end + 1).
@@ -369,43 +527,76 @@ class UsageCollector:
             pod=pod, start=start, end=end, wall=wall, cpu_seconds=cpu,
             rss_kib=math.ceil(u.rss_peak / 1024), image_kib=math.ceil(max(u.usage_peak, u.working_set_peak) / 1024),
             cores=cores, memory_mb=math.ceil(pod.memory_request / 2**20) if pod.memory_request else 0,
-            outcome=outcome_of(pod), scaling=scaling, specs=specs, wall_source=source, cpu_reported=reported)
+            outcome=outcome_of(pod), scaling=scaling, specs=specs, wall_source=source, cpu_reported=reported,
+            cpu_lower_bound=lower)
 
     def read_summary(self, node: str) -> bool:
-        """One Summary API read of `node`, folded into the pods' usage; False when it failed."""
+        """One Summary API read of `node` from the configured source, folded into the pods' usage;
+        False when it failed (or the source is `none`)."""
         now = time.time()
+        if self.source == SOURCE_NONE or not node:
+            return False
         if self.forbidden_since is not None and now - self.forbidden_since < FORBIDDEN_RETRY:
             return False
-        self.acquire()
         try:
-            resp = self.calls.request("GET", SUMMARY_PATH, {"name": node}, None, None, self.request_timeout)
-        except ApiException as exc:
-            self._error("get", "nodes/proxy", exc)
-            if exc.status == 403:
+            data = self._fetch_kubelet(node) if self.kubelet is not None else self._fetch_proxy(node)
+        except (ApiException, KubeletError) as exc:
+            self._error("get", self.grant, exc)
+            if exc.status in (401, 403):
+                # 401: a kubelet that does not take the token (no webhook authentication); 403: the
+                # grant is missing (the API server's RBAC, or the kubelet's SubjectAccessReview).
                 if self.forbidden_since is None:
                     log.warning("%s", fields(
-                        event="usage-forbidden", node=node,
-                        why="the agent may not get nodes/proxy: CPU time is accounted as unknown "
+                        event="usage-forbidden", node=node, source=self.source, status=exc.status,
+                        why=f"the agent may not get {self.grant}: CPU time is accounted as unknown "
                             "(grant it: docs/accounting.md)"))
                 self.forbidden_since = now
+            elif isinstance(exc, KubeletError) and exc.reason.startswith("TLS:") and not self._tls_said:
+                self._tls_said = True
+                log.warning("%s", fields(
+                    event="usage-read-failed", node=node, source=self.source, error=exc.reason,
+                    why="the kubelet's serving certificate is not trusted: set CE_K8S_KUBELET_CA, or "
+                        "CE_K8S_KUBELET_INSECURE = true (docs/accounting.md)"))
             else:
-                log.info("%s", fields(event="usage-read-failed", node=node, status=exc.status))
+                log.info("%s", fields(event="usage-read-failed", node=node, source=self.source,
+                                      status=exc.status or None, error=getattr(exc, "reason", None) or None))
             return False
         except Exception as exc:
-            self._error("get", "nodes/proxy", exc)
-            log.info("%s", fields(event="usage-read-failed", node=node, error=type(exc).__name__))
+            self._error("get", self.grant, exc)
+            log.info("%s", fields(event="usage-read-failed", node=node, source=self.source, error=type(exc).__name__))
             return False
         if self.forbidden_since is not None:
             log.info("%s", fields(event="usage-allowed", node=node))
             self.forbidden_since = None
         try:
-            doc = json.loads(resp.data)
+            doc = json.loads(data)
         except ValueError:
             return False
         self.summaries += 1
         self._node_read[node] = now
         self.fold(node, doc, now)
         return True
+
+    def _fetch_proxy(self, node: str) -> bytes:
+        """The Summary through the API server's node proxy (get nodes/proxy)."""
+        self.acquire()
+        resp = self.calls.request("GET", SUMMARY_PATH, {"name": node}, None, None, self.request_timeout)
+        return resp.data
+
+    def _fetch_kubelet(self, node: str) -> bytes:
+        """The Summary from the node's kubelet itself (get nodes/stats). No API token bucket: the
+        request goes to the kubelet (which asks the API server its reviews, cached by the kubelet)."""
+        assert self.kubelet is not None
+        endpoint = self.endpoint(node)
+        if endpoint is None:
+            raise KubeletError(0, "no kubelet address (the node is unknown, or has no InternalIP or Hostname)")
+        return self.kubelet.get(endpoint, KUBELET_SUMMARY_PATH, self.request_timeout)
+
+    def endpoint(self, node: str) -> KubeletEndpoint | None:
+        """The kubelet endpoint of `node`, from the node list the benchmarks come from."""
+        if node not in self._endpoints:
+            self.node_benchmark(node)
+        return self._endpoints.get(node)
 
     def fold(self, node: str, doc: dict, now: float) -> None:
         """Take one Summary document's numbers for the pods we track on `node`."""
@@ -429,6 +620,8 @@ class UsageCollector:
                     used += int(mem.get("usageBytes") or 0)
                 if seen and (u.cpu_ns is None or cpu >= u.cpu_ns):
                     u.cpu_ns = cpu          # cumulative: never go back (a restarted container resets it)
+                if seen and u.finish_seen and now >= u.finish_seen:
+                    u.seen_after_finish = True   # read after its end: the final figure, not a bound
                 u.rss_peak = _max_seen(u.rss_peak, rss)
                 u.working_set_peak = _max_seen(u.working_set_peak, ws)
                 u.usage_peak = _max_seen(u.usage_peak, used)
@@ -469,6 +662,9 @@ class UsageCollector:
                 if scaling is not None and not (math.isfinite(scaling) and scaling > 0):
                     scaling = None
                 self._nodes[str(meta.get("name") or "")] = (scaling, parse_specs(str(notes.get(SPECS_KEY) or "")))
+                endpoint = kubelet_endpoint(item)
+                if endpoint is not None:
+                    self._endpoints[str(meta.get("name") or "")] = endpoint
         return self._nodes.get(node, (None, {}))
 
 
@@ -484,6 +680,8 @@ def routed_attrs(record: AttemptRecord) -> dict[str, object]:
         "ImageSize": record.image_kib, "ImageSize_RAW": record.image_kib,
         "CpusProvisioned": record.cores, "K8sCpuUsageKnown": record.cpu_seconds is not None,
     }
+    if record.cpu_seconds is not None:
+        attrs["K8sCpuLowerBound"] = record.cpu_lower_bound
     if record.memory_mb:
         attrs["MemoryProvisioned"] = record.memory_mb
     if record.cpu_seconds is not None:
@@ -526,6 +724,7 @@ def history_ad(record: AttemptRecord, ce_name: str, identity: dict[str, str] | N
         "K8sCpuUsageKnown": record.cpu_seconds is not None,
         "K8sWallClockSource": record.wall_source,
         "K8sCpuCapped": record.cpu_reported is not None,
+        "K8sCpuLowerBound": record.cpu_seconds is not None and record.cpu_lower_bound,
         "ResidentSetSize_RAW": record.rss_kib,
         "ResidentSetSize": record.rss_kib,
         "ImageSize_RAW": record.image_kib,

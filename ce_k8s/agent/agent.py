@@ -776,7 +776,8 @@ class Agent:
         self.usage = UsageCollector(
             api_client, self.core, lambda: list(self.cache.pods.values()), interval=s.usage_interval,
             request_timeout=self.request_timeout, acquire=lambda: self.bucket.acquire(self.stop_event),
-            on_final=self._attempt_settled, on_error=lambda verb, res, exc: self.prom.api_error(verb, res, exc))
+            on_final=self._attempt_settled, on_error=lambda verb, res, exc: self.prom.api_error(verb, res, exc),
+            source=s.usage_source, kubelet_ca=s.kubelet_ca, kubelet_insecure=s.kubelet_insecure)
         self.cache.listeners.append(self._usage_changed)
 
     def _usage_changed(self, name: str | None) -> None:

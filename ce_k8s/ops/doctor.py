@@ -58,11 +58,15 @@ CLUSTER_PERMISSIONS = (
     ("", "pods", "", "list"), ("", "pods", "", "watch"), ("", "nodes", "", "list"),
     ("", "resourcequotas", "", "list"),
 )
-# Granted by rbac.yaml too, but a site may leave it out: without it the agent accounts CPU time as
-# unknown (docs/accounting.md) and everything else works, so its absence is a warning.
-OPTIONAL_CLUSTER_PERMISSIONS = (
-    ("", "nodes", "proxy", "get"),
-)
+# The permission the agent's usage source needs (CE_K8S_USAGE_SOURCE, docs/accounting.md): get
+# nodes/stats on the kubelets themselves (granted by rbac.yaml), or get nodes/proxy through the API
+# server (a site's own addition: it reaches the whole kubelet API). A site may leave it out: without
+# it the agent accounts CPU time as unknown and everything else works, so its absence is a warning.
+USAGE_PERMISSIONS = {
+    "kubelet": (("", "nodes", "stats", "get"),),
+    "proxy": (("", "nodes", "proxy", "get"),),
+    "none": (),
+}
 RBAC_FIX = ("apply containers/k8s/base/rbac.yaml, with the Role and RoleBinding copied into every pilot "
             "namespace (docs/deploy-kubernetes.md)")
 
@@ -457,9 +461,11 @@ def describe(group: str, resource: str, sub: str, verb: str, namespace: str) -> 
 
 
 def check_rbac(ctx: Context) -> None:
+    source = getattr(ctx.settings, "usage_source", "kubelet")
+    usage = USAGE_PERMISSIONS.get(source, ())
     wanted = [(*p, ns) for ns in pilot_namespaces(ctx) for p in NAMESPACED_PERMISSIONS]
-    wanted += [(*p, "") for p in CLUSTER_PERMISSIONS + OPTIONAL_CLUSTER_PERMISSIONS]
-    optional = {(*p, "") for p in OPTIONAL_CLUSTER_PERMISSIONS}
+    wanted += [(*p, "") for p in CLUSTER_PERMISSIONS + usage]
+    optional = {(*p, "") for p in usage}
     missing, missing_optional = [], []
     deadline = time.monotonic() + max(ctx.timeout * 4, 10.0)
     for group, resource, sub, verb, ns in wanted:
@@ -480,9 +486,11 @@ def check_rbac(ctx: Context) -> None:
         ctx.add(FAIL, "rbac", f"the agent's credentials may not {'; '.join(missing)}", RBAC_FIX)
         return
     if missing_optional:
+        how = ("through the API server's node proxy" if source == "proxy"
+               else "from each node's kubelet, which asks the API server whether the agent may")
         ctx.add(WARN, "rbac", f"the agent's credentials may not {'; '.join(missing_optional)}: pilots' CPU "
-                "time is accounted as unknown (the kubelet's summary API is read through the node proxy)",
-                RBAC_FIX)
+                f"time is accounted as unknown (CE_K8S_USAGE_SOURCE = {source}: the kubelet's summary API is "
+                f"read {how})", RBAC_FIX)
         return
     ctx.add(OK, "rbac", f"all {len(wanted)} permissions the agent uses are granted")
 

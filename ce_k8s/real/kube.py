@@ -20,7 +20,10 @@ each pod's own output). docs/real-kubernetes.md has the layout and what it confi
   `<state>/admin.kubeconfig` is the admin's.
 * **TLS.** The API server writes its own serving certificate (`--cert-dir`) signed by a CA it
   makes; both kubeconfigs trust that CA. The kubelet stub's certificate is self-signed (the API
-  server does not verify kubelets without `--kubelet-certificate-authority`, as on most clusters).
+  server does not verify kubelets without `--kubelet-certificate-authority`, as on most clusters);
+  the agent's direct Summary reads trust it as `CE_K8S_KUBELET_CA` (`<state>/pki/kubelet.crt`), and
+  the stub authorises them as a webhook-mode kubelet does (TokenReview, then SubjectAccessReview
+  for get nodes/stats).
 * **State** lives in `<state>` (default /var/tmp/ce-k8s-real-kube): logs, pids, `state.json`.
   `down` stops every process it started and removes nothing else.
 """
@@ -125,6 +128,11 @@ class RealKube:
     @property
     def ca_file(self) -> Path:
         return self.state_dir / "apiserver" / "ca.crt"
+
+    @property
+    def kubelet_ca(self) -> Path:
+        """The kubelet stub's self-signed serving certificate: the agent's CE_K8S_KUBELET_CA here."""
+        return self.state_dir / "pki" / "kubelet.crt"
 
     def state(self) -> State | None:
         return State.load(self.state_file)

@@ -159,6 +159,13 @@ class RealKubeServer:
         with contextlib.suppress(Exception):
             self.admin_client.close()
 
+    @property
+    def agent_config(self) -> str:
+        """The agent's knobs this Kubernetes needs (TestBed appends them to its overlay): usage read
+        from the kubelets directly, which the API server cannot proxy to on loopback, trusting the
+        stub's certificate (docs/accounting.md)."""
+        return f"CE_K8S_USAGE_SOURCE = kubelet\nCE_K8S_KUBELET_CA = {self.env.kubelet_ca}\n"
+
     def write_kubeconfig(self, path: str | Path) -> str:
         """The agent's kubeconfig: its ServiceAccount's token, never the admin's."""
         shutil.copy(self.env.kubeconfig, path)

@@ -96,7 +96,8 @@ def server():
 def settings(tmp_root):
     make_spool(tmp_root)
     return Settings(ce_name=CE, namespace="default", spool=str(tmp_root / "spool"), socket=str(tmp_root / "agent.sock"),
-                    qps=1000.0, burst=1000, create_concurrency=4, gc_grace=3600, image_pull_timeout=0)
+                    qps=1000.0, burst=1000, create_concurrency=4, gc_grace=3600, image_pull_timeout=0,
+                    usage_source="proxy")   # the emulator's kubelets answer at the node proxy only
 
 
 def new_agent(server, settings, **kwargs) -> Agent:

@@ -38,6 +38,16 @@ SCANNED = ["ce_k8s"]
 # The test beds (the emulators, the real control plane's tools) act as the cluster, not as the CE.
 EXCLUDED = ("ce_k8s/sim/", "ce_k8s/real/", "ce_k8s/ops/nodes.py")
 
+# Accounting's usage sources (CE_K8S_USAGE_SOURCE, docs/accounting.md). The default reads each
+# kubelet directly: that request goes to no API path, so the scan cannot see it, yet the kubelet
+# authorises it as get nodes/stats (kubelet pkg/kubelet/server/auth.go: /stats/* -> subresource
+# stats) with a SubjectAccessReview of the agent's own identity, so the manifests must grant it.
+# The `proxy` source is an API call the scan does see (get nodes/proxy), but one a site opts into:
+# the shipped RBAC does not grant it (docs/security.md says why).
+KUBELET_DIRECT = {Permission("", "nodes/stats", "get", True): "ce_k8s/agent/accounting.py KUBELET_SUMMARY_PATH "
+                                                               "(the kubelet's /stats/summary)"}
+OPT_IN = {Permission("", "nodes/proxy", "get", True): "CE_K8S_USAGE_SOURCE = proxy"}
+
 SERIALIZE_DEF = re.compile(r"def _(\w+)_serialize\(")
 REQUEST = re.compile(r"method='(\w+)',\s*resource_path='([^']+)'")
 
@@ -188,6 +198,11 @@ def test_rbac_grants_exactly_what_the_code_calls(rendered):
     uses = scan_tree(REPO, SCANNED, exclude=EXCLUDED)
     needed_where = required_permissions(uses)
     assert needed_where, "the scan found no Kubernetes calls at all: is the scanner broken?"
+    for perm in OPT_IN:
+        assert perm in needed_where, f"{perm} is no longer called: drop it from OPT_IN"
+        del needed_where[perm]
+    for perm, where in KUBELET_DIRECT.items():
+        needed_where[perm] = [where]
     needed = _normalise(set(needed_where))
     granted = granted_permissions(rendered["base"], PILOTS, SA)
     missing = sorted(needed - granted)
@@ -199,3 +214,15 @@ def test_rbac_grants_exactly_what_the_code_calls(rendered):
 
 def test_the_overlay_keeps_the_base_rbac(rendered, site):
     assert granted_permissions(site, PILOTS, SA) == granted_permissions(rendered["base"], PILOTS, SA)
+
+
+def test_the_kubelet_path_and_its_grant_are_what_the_kubelet_authorises(rendered):
+    """The direct read is `/stats/summary` on the kubelet, which the kubelet maps to get nodes/stats
+    (kubelet server/auth.go: /stats/* -> `stats`; everything else -> `proxy`). The base grants that
+    subresource, and no nodes/proxy: a site using the proxy source adds it (docs/accounting.md)."""
+    from ce_k8s.agent import accounting
+
+    assert accounting.KUBELET_SUMMARY_PATH.startswith("/stats/")
+    assert accounting.SOURCE_GRANT == {"kubelet": "nodes/stats", "proxy": "nodes/proxy"}
+    granted = granted_permissions(rendered["base"], PILOTS, SA)
+    assert set(KUBELET_DIRECT) <= granted and not set(OPT_IN) & granted

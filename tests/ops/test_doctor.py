@@ -252,23 +252,41 @@ def test_missing_rbac_permission_fails_naming_it():
     assert "create pods" not in line
 
 
-def test_missing_node_proxy_is_a_warning_about_cpu_accounting():
-    """Without get on nodes/proxy the agent cannot read the kubelet's summary API: CPU time is
-    accounted as unknown and nothing else changes, so doctor warns and does not fail."""
-    rules = [
-        {"verbs": ["create", "get", "delete"], "resources": ["pods", "pods/log"], "apiGroups": [""],
-         "namespaces": [NAMESPACE]},
-        {"verbs": ["create", "delete", "patch"], "resources": ["secrets"], "apiGroups": [""],
-         "namespaces": [NAMESPACE]},
-        {"verbs": ["list"], "resources": ["events"], "apiGroups": [""], "namespaces": [NAMESPACE]},
-        {"verbs": ["list", "watch"], "resources": ["pods", "nodes", "resourcequotas"], "apiGroups": [""]},
-    ]
-    with ce_host(rules=rules) as h:
+USAGE_LESS_RULES = [
+    {"verbs": ["create", "get", "delete"], "resources": ["pods", "pods/log"], "apiGroups": [""],
+     "namespaces": [NAMESPACE]},
+    {"verbs": ["create", "delete", "patch"], "resources": ["secrets"], "apiGroups": [""], "namespaces": [NAMESPACE]},
+    {"verbs": ["list"], "resources": ["events"], "apiGroups": [""], "namespaces": [NAMESPACE]},
+    {"verbs": ["list", "watch"], "resources": ["pods", "nodes", "resourcequotas"], "apiGroups": [""]},
+]
+
+
+def test_missing_node_stats_is_a_warning_about_cpu_accounting():
+    """With the default CE_K8S_USAGE_SOURCE = kubelet the agent needs get nodes/stats (each kubelet
+    asks the API server): without it CPU time is accounted as unknown and nothing else changes, so
+    doctor warns and does not fail. nodes/proxy is not asked for: the agent does not use it."""
+    with ce_host(rules=USAGE_LESS_RULES) as h:
         h.start_agent()
         code, found = doctor(h)
     level, line = found["rbac"]
-    assert level == "WARN" and "get nodes/proxy (cluster-wide)" in line and "unknown" in line, line
+    assert level == "WARN" and "get nodes/stats (cluster-wide)" in line and "unknown" in line, line
+    assert "nodes/proxy" not in line and "CE_K8S_USAGE_SOURCE = kubelet" in line
     assert code == 0
+
+
+def test_the_proxy_source_needs_node_proxy_and_none_needs_nothing():
+    stats = {"verbs": ["get"], "resources": ["nodes/stats"], "apiGroups": [""]}
+    for source, expected in (("proxy", "get nodes/proxy (cluster-wide)"), ("none", None)):
+        with ce_host(rules=[*USAGE_LESS_RULES, stats]) as h:
+            h.write_local(f"CE_K8S_USAGE_SOURCE = {source}\n", "99-zz-usage.conf")
+            h.start_agent()
+            code, found = doctor(h)
+        level, line = found["rbac"]
+        if expected:
+            assert level == "WARN" and expected in line and "node proxy" in line, line
+        else:
+            assert level == "OK", line
+        assert code == 0
 
 
 def test_rbac_is_checked_in_every_namespace_a_route_uses():

@@ -83,7 +83,8 @@ def agent_env(real_kube, namespace):
     root.chmod(0o755)
     make_spool(root)
     settings = Settings(ce_name=CE, namespace=namespace, spool=str(root / "spool"), socket=str(root / "agent.sock"),
-                        qps=100.0, burst=100, create_concurrency=2, gc_grace=3600, image_pull_timeout=0)
+                        qps=100.0, burst=100, create_concurrency=2, gc_grace=3600, image_pull_timeout=0,
+                        kubelet_ca=str(real_kube.kubelet_ca))   # usage read from the stub, trusting its cert
     api = new_client_from_config(config_file=str(real_kube.kubeconfig))
     agent = Agent(settings, api, request_timeout=10.0, watch_timeout=10, source_probe=FixedProbe(GONE))
     agent.start()
@@ -266,16 +267,22 @@ def _exists(core, ns, name) -> bool:
 # Finding 6: the Summary API forgets an exited container
 
 
-def test_finding6_summary_drops_a_container_once_it_exited(core, namespace):
-    """Shown through the real `nodes/proxy` path: a running container is in the node's Summary,
-    the same pod after its exit is not (the stub answers as a kubelet: stats of live cgroups)."""
+def test_finding6_summary_drops_a_container_once_it_exited(core, namespace, real_kube, agent_client):
+    """Shown through the direct kubelet path the agent uses (CE_K8S_USAGE_SOURCE = kubelet: the
+    node's InternalIP and kubelet port, the agent's own token, get nodes/stats; the API server will
+    not proxy to a loopback node): a running container is in the node's Summary, the same pod after
+    its exit is not (the stub answers as a kubelet: stats of live cgroups)."""
+    from ce_k8s.agent.accounting import KUBELET_SUMMARY_PATH, KubeletClient, kubelet_endpoint
+
     core.create_namespaced_pod(namespace, restricted_pod("p6", {kwokstages.RUN_FOR: "3s"}))
     pod = wait_for(lambda: (p := core.read_namespaced_pod("p6", namespace)).status.phase == "Running" and p,
                    what="Running")
-    node = pod.spec.node_name
+    node = core.api_client.sanitize_for_serialization(core.read_node(pod.spec.node_name))
+    endpoint = kubelet_endpoint(node)
+    kubelet = KubeletClient(agent_client.configuration, ca=str(real_kube.kubelet_ca))
 
     def in_summary() -> bool:
-        data = core.connect_get_node_proxy_with_path(node, "stats/summary", _preload_content=False).data
+        data = kubelet.get(endpoint, KUBELET_SUMMARY_PATH, 10)
         return any(p["podRef"]["name"] == "p6" for p in json.loads(data)["pods"])
     assert in_summary()
     wait_for(lambda: core.read_namespaced_pod("p6", namespace).status.phase == "Succeeded", what="Succeeded")
