@@ -67,6 +67,11 @@ PILOT_NAMESPACE = "ce-k8s-pilots"
 # DefaultTolerationSeconds admission adds these tolerations to every pod; 300 s by default).
 TOLERATION_SECONDS = 10
 NODE_MONITOR_GRACE = "8s"
+# kwok renews a node's lease every quarter of its duration: 12 s renews every 3 s, well inside the
+# grace period. With 40 s (a renewal every 10 s, the status heartbeat every 10 s) the node controller
+# saw up to 8 s between signs of life, and on the loaded 2-core machine every node went NotReady for
+# a moment (tainted, its pods unplaceable) several times a minute.
+NODE_LEASE_SECONDS = 12
 # A node no pilot is scheduled to (its taint), played by a kwok of its own, that tests can lose.
 SPARE = "spare"
 SPARE_NODE = f"{SPARE}:1x16c64g:taint=ce-k8s.test/spare:NoSchedule"
@@ -296,7 +301,7 @@ class RealKube:
                     bins["kwok"], f"--kubeconfig={kcm}", f"--config={stages}",
                     f"--manage-nodes-with-label-selector={kwokstages.MANAGED_LABEL}={manages}",
                     "--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
-                    "--node-lease-duration-seconds=40"])
+                    f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}"])
             state.save(self.state_file)
             self.register_nodes(specs, state.node_ports)
             self._wait("kwok", lambda: self._nodes_ready(len(specs)), 90, state.pids["kwok"])
