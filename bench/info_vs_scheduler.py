@@ -15,7 +15,7 @@ whether it is right; tests/real/test_info_vs_scheduler.py runs the same comparis
 conditions that matter (taints, cordons, quotas, other tenants' pods, Terminating pods).
 
 The bed is the one in `--state` (brought up with the default node shapes when it is not up; `--down`
-stops it afterwards). Prints one line per route: advertised, placed, pending, refused by quota.
+stops it afterwards). Prints one line per route: advertised, placed, pending, refused at admission.
 """
 
 from __future__ import annotations
@@ -40,20 +40,23 @@ EXAMPLES = ROOT / "examples"
 # What the provider says
 
 
-def advertise(kubeconfig: str | Path, config: str | None = None) -> dict[str, dict[str, object]]:
-    """The catalog entries `ce-k8s info --kubeconfig` prints, by name (in-process, as the cron runs it)."""
+def info_ad(kubeconfig: str | Path, config: str | None = None) -> dict[str, object]:
+    """The ad `ce-k8s info --kubeconfig` prints (in-process, as the cron runs it); CRITICAL fails."""
     import classad2
 
     from ce_k8s.info import provider
 
     args = argparse.Namespace(config=config, kubeconfig=str(kubeconfig), cluster_snapshot=None, now=None)
     text, code = provider.compute(args)
-    if code != 0:
-        raise RuntimeError(f"ce-k8s info failed:\n{text}")
     ad = classad2.parseOne(text, classad2.ParserType.Old)
-    if ad.get("K8sInfoStatus") != "OK":
-        raise RuntimeError(f"ce-k8s info is not OK: {ad.get('K8sInfoError')}")
-    return {str(e["Name"]): dict(e) for e in ad["OSG_ResourceCatalog"]}
+    if code != 0 or ad.get("K8sInfoStatus") == "CRITICAL":
+        raise RuntimeError(f"ce-k8s info failed: {ad.get('K8sInfoError')}")
+    return dict(ad)
+
+
+def advertise(kubeconfig: str | Path, config: str | None = None) -> dict[str, dict[str, object]]:
+    """The catalog entries `ce-k8s info --kubeconfig` prints, by name."""
+    return {str(e["Name"]): dict(e) for e in info_ad(kubeconfig, config)["OSG_ResourceCatalog"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ class Placement:
     created: int = 0
     placed: int = 0     # bound to a node by the scheduler
     pending: int = 0    # left Pending: PodScheduled=False, Unschedulable
-    refused: int = 0    # refused at admission (the ResourceQuota)
+    refused: int = 0    # refused at admission (the ResourceQuota, a LimitRange)
     refusal: str = ""
 
 
@@ -138,8 +141,9 @@ def _copies(pod: dict, run: str, start: int, count: int) -> list[dict]:
 
 
 def _create(core, manifests: list[dict], placement: Placement) -> None:
-    """Create in parallel (4 threads: the API server shares 2 cores with everything else); a 403
-    from quota admission is counted as refused, anything else fails the run."""
+    """Create in parallel (4 threads: the API server shares 2 cores with everything else); a pod
+    admission refuses (403: the ResourceQuota, a LimitRange, ...) is counted as refused, anything
+    else fails the run."""
     from kubernetes.client.rest import ApiException
 
     def one(m: dict) -> str | None:
@@ -147,8 +151,8 @@ def _create(core, manifests: list[dict], placement: Placement) -> None:
             core.create_namespaced_pod(m["metadata"]["namespace"], m)
             return None
         except ApiException as exc:
-            if exc.status == 403 and "exceeded quota" in (exc.body or ""):
-                return json.loads(exc.body).get("message", "exceeded quota")
+            if exc.status == 403:
+                return json.loads(exc.body or "{}").get("message", "forbidden")
             raise
 
     with ThreadPoolExecutor(4) as pool:
@@ -322,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             c = compare_stable(bed.admin_kubeconfig, bed.kubeconfig, name)
             rows.append({"entry": name, "advertised": c.advertised, "placed": c.placement.placed,
-                         "pending": c.placement.pending, "refused_by_quota": c.placement.refused,
+                         "pending": c.placement.pending, "refused_at_admission": c.placement.refused,
                          "advertised_with_them_running": c.advertised_after,
                          "seconds": round(time.monotonic() - t0, 1)})
             print(f"{name}: advertised {c.advertised}, placed {c.placement.placed}", file=sys.stderr, flush=True)
@@ -332,10 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print("| entry | MaxPilots advertised | placed by kube-scheduler | left Pending | refused by quota "
+        print("| entry | MaxPilots advertised | placed by kube-scheduler | left Pending | refused at admission "
               "| MaxPilots with them running |\n|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['entry']} | {r['advertised']} | {r['placed']} | {r['pending']} | {r['refused_by_quota']} "
+            print(f"| {r['entry']} | {r['advertised']} | {r['placed']} | {r['pending']} | {r['refused_at_admission']} "
                   f"| {r['advertised_with_them_running']} |")
     return 0 if all(r["advertised"] == r["placed"] for r in rows) else 1
 

@@ -182,6 +182,8 @@ class EntrySpec:
     headroom_pilots: int
     max_pilots_cap: int | None
     probe: str
+    pod: Mapping[str, object] | None = None  # the pod as the builder made it (asked to admission, provider.py)
+    refusal: str | None = None  # why admission refuses that pod (then the route can take no more pilots)
 
 
 def _is_kubernetes(routed: classad2.ClassAd, settings: Settings) -> bool:
@@ -238,6 +240,7 @@ def entry_specs(cfg: CondorConfig, router: RouterConfig, settings: Settings, hea
         shape = PodShape.from_pod(built.pod, settings.namespace)
         try:
             specs.append(_spec(cfg, route, shape, values, settings, probe_name))
+            specs[-1].pod = built.pod
         except ValueError as exc:
             health.report(WARNING, f"route {route.name}: {exc}")
     names = [s.name for s in specs]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import logging
 import math
@@ -36,7 +37,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ce_k8s.info.capacity import CapacityModel, cores, fits_count, megabytes, node_admits
+from ce_k8s.info.admission import admit_dry_run
+from ce_k8s.info.capacity import CapacityModel, PodShape, cores, fits_count, megabytes, node_admits
 from ce_k8s.info.catalog import EntrySpec, entry_specs, gpu_resources, plain_word
 from ce_k8s.info.health import CRITICAL, WARNING, Health
 from ce_k8s.info.snapshot import (
@@ -114,6 +116,23 @@ def _from_api(kubeconfig: str | None, timeout: float, health: Health, context: s
     except SnapshotError as exc:
         health.report(CRITICAL, f"Kubernetes API unreachable: {exc}")
         return None
+
+
+def admit(specs: list[EntrySpec], kubeconfig: str | None, timeout: float, health: Health) -> None:
+    """Put each route's pod to the API server's admission (a dry run) and take its shape from the
+    pod admission would store: LimitRange defaults, RuntimeClass overhead and webhooks included, as
+    the scheduler will see it. A pod admission refuses (other than for quota, which the capacity
+    model counts itself) makes its route advertise only the pilots it already has, and a WARNING:
+    factories must not be sent pilots whose pods cannot be created. Seen on the real control plane:
+    a LimitRange maximum below the whole-node pilot refused every pod while both whole-node nodes
+    were advertised (docs/information-provider.md "Against the real scheduler")."""
+    asked = [s for s in specs if s.pod is not None]
+    for spec, result in zip(asked, admit_dry_run(kubeconfig, [s.pod for s in asked], timeout), strict=True):
+        if result.pod is not None:
+            spec.shape = PodShape.from_pod(result.pod, spec.shape.namespace)
+        elif result.refusal is not None and not result.quota:
+            spec.refusal = result.refusal
+            health.report(WARNING, f"route {spec.route}: the API server refuses its pods: {result.refusal}")
 
 
 def _float_knob(cfg: CondorConfig, name: str, default: float) -> float:
@@ -232,6 +251,8 @@ def build_ad(cfg: CondorConfig, settings: Settings, specs: list[EntrySpec], snap
         for spec in specs:
             extra = spec.headroom_pilots + _fraction_headroom(model, spec, settings.info_headroom)
             cap = model.route_capacity(spec.shape, headroom=extra, cap=spec.max_pilots_cap)
+            if spec.refusal is not None:      # admission refuses its pods: only those it has
+                cap = dataclasses.replace(cap, max_pilots=min(cap.placed, cap.max_pilots))
             log.info(
                 "route %s: %d eligible nodes, %d placed, %d fit now, quota room %s, headroom %d -> MaxPilots %d%s",
                 spec.route, cap.eligible_nodes, cap.placed, cap.fit_now,
@@ -364,6 +385,9 @@ def compute(args: argparse.Namespace) -> tuple[str, int]:
             snapshot = load_cluster(args, cfg, settings, health, now)
         if snapshot is not None:
             source = snapshot.source.split(" ", 1)[0] if not args.cluster_snapshot else "file"
+            if source == "api":
+                admit(specs, args.kubeconfig or settings.kubeconfig or None,
+                      _float_knob(cfg, "CE_K8S_INFO_API_TIMEOUT", 20.0) / 2, health)
         return render(build_ad(cfg, settings, specs, snapshot, health, now, source)), 0
     except Exception as exc:  # last resort: never leave the previous (now stale) ad in place
         log.exception("info: unexpected failure")

@@ -268,3 +268,30 @@ def _restricted(pod: dict) -> None:
                                                        "capabilities": {"drop": ["ALL"]}}
     if pod["spec"].get("nodeName", "").startswith("spare"):
         pod["spec"]["tolerations"] = [{"key": "ce-k8s.test/spare", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+# --------------------------------------------------------------------------------------------
+# Admission that changes or refuses the pilot's pod
+
+
+def test_a_limitrange_that_refuses_the_pilot(real_kube, core):
+    """A site's LimitRange whose maximum is smaller than the whole-node pilot (64 cores): admission
+    refuses every one of the route's pods, so the route can take none and must advertise none.
+    (Before the provider asked the API server to admit its pilot (a dry run), it advertised the two
+    whole-node nodes: factories sent pilots whose pods could never be created.)"""
+    core.create_namespaced_limit_range(PILOTS_NS, {
+        "metadata": {"name": "ivs-small"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "32"}}]}})
+    try:
+        c = _compare(real_kube, "WholeNode_Pilots")
+        ad = ivs.info_ad(real_kube.kubeconfig)
+    finally:
+        core.delete_namespaced_limit_range("ivs-small", PILOTS_NS)
+    assert ad["K8sInfoStatus"] == "WARNING"
+    assert "route WholeNode_Pilots: the API server refuses its pods" in ad["K8sInfoError"]
+    assert c.placement.refused and "maximum cpu usage per Container is 32" in c.placement.refusal, c
+    _assert_exact(c)
+    assert c.advertised == 0
+    again = _compare(real_kube, "WholeNode_Pilots")   # the LimitRange gone: the pool again
+    assert again.advertised == 2
+    _assert_exact(again)
