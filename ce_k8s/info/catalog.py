@@ -183,7 +183,8 @@ class EntrySpec:
     max_pilots_cap: int | None
     probe: str
     pod: Mapping[str, object] | None = None  # the pod as the builder made it (asked to admission, provider.py)
-    refusal: str | None = None  # why admission refuses that pod (then the route can take no more pilots)
+    refusal: str | None = None  # why admission refuses that pod now (then the route can take no more pilots)
+    refused_by_quota: bool = False  # ... because a ResourceQuota is full (normal: no WARNING)
 
 
 def _is_kubernetes(routed: classad2.ClassAd, settings: Settings) -> bool:

@@ -121,18 +121,22 @@ def _from_api(kubeconfig: str | None, timeout: float, health: Health, context: s
 def admit(specs: list[EntrySpec], kubeconfig: str | None, timeout: float, health: Health) -> None:
     """Put each route's pod to the API server's admission (a dry run) and take its shape from the
     pod admission would store: LimitRange defaults, RuntimeClass overhead and webhooks included, as
-    the scheduler will see it. A pod admission refuses (other than for quota, which the capacity
-    model counts itself) makes its route advertise only the pilots it already has, and a WARNING:
-    factories must not be sent pilots whose pods cannot be created. Seen on the real control plane:
-    a LimitRange maximum below the whole-node pilot refused every pod while both whole-node nodes
-    were advertised (docs/information-provider.md "Against the real scheduler")."""
+    the scheduler and the quota will see it. A pod admission refuses makes its route advertise only
+    the pilots it already has: factories must not be sent pilots whose pods cannot be created now.
+    A full quota is the normal way to be full; any other refusal is a WARNING naming it. Both seen
+    on the real control plane (docs/information-provider.md "Against the real scheduler"): a
+    LimitRange maximum below the whole-node pilot refused every pod while both whole-node nodes
+    were advertised, and a LimitRange default limit the builder does not state was charged by a
+    quota that the pod as built does not touch. (A quota refusal hides the admitted shape, but
+    then no pilot can be admitted anyway.)"""
     asked = [s for s in specs if s.pod is not None]
     for spec, result in zip(asked, admit_dry_run(kubeconfig, [s.pod for s in asked], timeout), strict=True):
         if result.pod is not None:
             spec.shape = PodShape.from_pod(result.pod, spec.shape.namespace)
-        elif result.refusal is not None and not result.quota:
-            spec.refusal = result.refusal
-            health.report(WARNING, f"route {spec.route}: the API server refuses its pods: {result.refusal}")
+        elif result.refusal is not None:
+            spec.refusal, spec.refused_by_quota = result.refusal, result.quota
+            if not result.quota:
+                health.report(WARNING, f"route {spec.route}: the API server refuses its pods: {result.refusal}")
 
 
 def _float_knob(cfg: CondorConfig, name: str, default: float) -> float:
@@ -251,7 +255,7 @@ def build_ad(cfg: CondorConfig, settings: Settings, specs: list[EntrySpec], snap
         for spec in specs:
             extra = spec.headroom_pilots + _fraction_headroom(model, spec, settings.info_headroom)
             cap = model.route_capacity(spec.shape, headroom=extra, cap=spec.max_pilots_cap)
-            if spec.refusal is not None:      # admission refuses its pods: only those it has
+            if spec.refusal is not None:      # admission refuses its pods now: only those it has
                 cap = dataclasses.replace(cap, max_pilots=min(cap.placed, cap.max_pilots))
             log.info(
                 "route %s: %d eligible nodes, %d placed, %d fit now, quota room %s, headroom %d -> MaxPilots %d%s",

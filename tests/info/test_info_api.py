@@ -26,32 +26,36 @@ def test_api_snapshot_pages_and_command(capsys):
 
 def test_admission_dry_run_shapes_and_refuses(capsys, monkeypatch):
     """On the API path each route's pod is put to admission as a dry run (nothing is created): the
-    emulator admits it unchanged, so the entries are as before; a pod admission refuses for a reason
-    other than quota (here: a LimitRange maximum, as the real API server words it) makes its route
-    advertise none and the run a WARNING, while a quota refusal is left to the quota arithmetic."""
+    emulator admits it unchanged, so the entries are as before. A pod admission refuses makes its
+    route advertise only what it has: for a LimitRange maximum (as the real API server words it)
+    with a WARNING naming it, for a full quota silently (being full is normal)."""
     from ce_k8s.info import admission, provider
 
     limit = "pods 'x' is forbidden: maximum cpu usage per Container is 4, but limit is 8"
-    target = []
+    quota = "pods 'x' is forbidden: exceeded quota: q, requested: limits.ephemeral-storage=10Gi"
+    refuse = {}
 
     def refusing(kubeconfig, pods, timeout=10.0):
         pods = list(pods)
         results = admission.admit_dry_run(kubeconfig, pods, timeout)
         assert len(pods) >= 2 and all(r.pod is not None for r in results)   # the emulator admits them all
         routes = [p["metadata"]["labels"]["ce-k8s.htcondor.org/route"] for p in pods]
-        return [admission.Admission(refusal=limit) if r == target[0] else
-                admission.Admission(refusal="exceeded quota: q", quota=True) for r in routes]
+        return [refuse.get(route, result) for route, result in zip(routes, results, strict=True)]
 
     with ApiServer.running(nodes="cpu:3x16c64g:label=pool=cpu") as srv:
         srv.api.create("namespaces", None, {"metadata": {"name": "ce-k8s"}})   # the pilots' namespace
         out, _ = run_info(capsys, "--config", TEST_CONFIG, "--kubeconfig", srv.kubeconfig_path)
         admitted = {e["Name"]: e["MaxPilots"] for e in parse(out)["OSG_ResourceCatalog"]}
-        target.append(max(admitted, key=lambda name: admitted[name]))
+        target = max(admitted, key=lambda name: admitted[name])
         monkeypatch.setattr(provider, "admit_dry_run", refusing)
-        refused, _ = run_info(capsys, "--config", TEST_CONFIG, "--kubeconfig", srv.kubeconfig_path)
+        refuse[target] = admission.Admission(refusal=limit)
+        by_limit, _ = run_info(capsys, "--config", TEST_CONFIG, "--kubeconfig", srv.kubeconfig_path)
+        refuse[target] = admission.Admission(refusal=quota, quota=True)
+        by_quota, _ = run_info(capsys, "--config", TEST_CONFIG, "--kubeconfig", srv.kubeconfig_path)
         assert not srv.api.list("pods", None)["items"]        # dry runs: nothing was created
-    assert parse(out).eval("Status") == "OK" and admitted[target[0]] > 0
-    after = parse(refused)
-    assert {e["Name"]: e["MaxPilots"] for e in after["OSG_ResourceCatalog"]} == {**admitted, target[0]: 0}
-    assert after["K8sInfoStatus"] == "WARNING"
-    assert f"route {target[0]}: the API server refuses its pods: pods 'x' is forbidden" in after["K8sInfoError"]
+    assert parse(out).eval("Status") == "OK" and admitted[target] > 0
+    for text in (by_limit, by_quota):
+        assert {e["Name"]: e["MaxPilots"] for e in parse(text)["OSG_ResourceCatalog"]} == {**admitted, target: 0}
+    assert parse(by_limit)["K8sInfoStatus"] == "WARNING"
+    assert f"route {target}: the API server refuses its pods: pods 'x' is forbidden" in parse(by_limit)["K8sInfoError"]
+    assert parse(by_quota)["K8sInfoStatus"] == "OK"

@@ -295,3 +295,21 @@ def test_a_limitrange_that_refuses_the_pilot(real_kube, core):
     again = _compare(real_kube, "WholeNode_Pilots")   # the LimitRange gone: the pool again
     assert again.advertised == 2
     _assert_exact(again)
+
+
+def test_limitrange_defaults_of_the_pilots_own_pod_count_against_quota(real_kube, core):
+    """The builder states no ephemeral-storage limit; a site's LimitRange gives every container one
+    (10Gi) and a quota caps limits.ephemeral-storage at 50Gi: admission charges 10Gi a pod, so 5 GPU
+    pilots and not the pool's 8. (The pod as built charges nothing there: before the dry run the
+    provider advertised 8 and factories were sent 3 pilots admission refused.)"""
+    core.create_namespaced_limit_range(PILOTS_NS, {
+        "metadata": {"name": "ivs-eph"},
+        "spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "10Gi"}}]}})
+    try:
+        with quota(core, "ivs-eph", {"limits.ephemeral-storage": "50Gi"}):
+            c = _compare(real_kube, "GPU_Pilots")
+    finally:
+        core.delete_namespaced_limit_range("ivs-eph", PILOTS_NS)
+    assert c.placement.refused and "exceeded quota: ivs-eph" in c.placement.refusal, c
+    assert c.advertised == 5
+    _assert_exact(c)
