@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import info_vs_scheduler as ivs
 
+REPO = Path(__file__).resolve().parents[2]
 PILOTS_NS = "ce-k8s-pilots"
 TENANT_NS = "ivs-tenant"
 CPU_NODES = [f"cpu-{i}" for i in range(1, 9)]
@@ -312,4 +313,23 @@ def test_limitrange_defaults_of_the_pilots_own_pod_count_against_quota(real_kube
         core.delete_namespaced_limit_range("ivs-eph", PILOTS_NS)
     assert c.placement.refused and "exceeded quota: ivs-eph" in c.placement.refusal, c
     assert c.advertised == 5
+    _assert_exact(c)
+
+
+def test_runtimeclass_overhead(real_kube, core, monkeypatch):
+    """A route whose pods name a RuntimeClass with a pod overhead (30 cores, e.g. a VM sandbox): the
+    RuntimeClass admission adds the overhead to each pod, the scheduler counts it, so a 32-core GPU
+    node takes one GPU pilot and not four. The route is the shipped GPU route plus
+    `SET K8sRuntimeClass` (through HTCondor's `_CONDOR_` environment override)."""
+    route = (REPO / "routes" / "20-gpu.conf").read_text()
+    body = route.split("@=jrt\n", 1)[1].split("@jrt", 1)[0]
+    monkeypatch.setenv("_CONDOR_JOB_ROUTER_ROUTE_GPU_Pilots", body + '    SET K8sRuntimeClass "ivs-overhead"\n')
+    node_api = client.NodeV1Api(core.api_client)
+    node_api.create_runtime_class({"metadata": {"name": "ivs-overhead"}, "handler": "runc",
+                                   "overhead": {"podFixed": {"cpu": "30", "memory": "1Gi"}}})
+    try:
+        c = _compare(real_kube, "GPU_Pilots")
+    finally:
+        node_api.delete_runtime_class("ivs-overhead")
+    assert c.advertised == 2
     _assert_exact(c)
