@@ -224,6 +224,7 @@ class Comparison:
     advertised: int
     placement: Placement
     advertised_after: int   # MaxPilots once the placed pilots run (they count as the route's own)
+    ours_after: int = 0     # K8sPilotsRunning + K8sPilotsPending then: every copy created, placed or not
 
 
 class NodesFlapped(RuntimeError):
@@ -283,14 +284,16 @@ def compare(admin: str | Path, agent: str | Path, name: str, entries: dict[str, 
     advertised = int(entry["MaxPilots"])  # type: ignore[call-overload]
     try:
         placement = place(core, pod, run, advertised + margin)
-        after = int(advertise(agent)[name]["MaxPilots"])  # type: ignore[call-overload]
+        ad = info_ad(agent)
+        after = next(int(e["MaxPilots"]) for e in ad["OSG_ResourceCatalog"] if e["Name"] == name)  # type: ignore[union-attr]
+        ours = int(ad["K8sPilotsRunning"]) + int(ad["K8sPilotsPending"])  # type: ignore[call-overload]
         sig, bad = node_health(core, ignore)
         if sig != before or bad:
             raise NodesFlapped(f"{name}: nodes went NotReady during the comparison ({bad or 'and back'})")
     finally:
         if not keep:
             delete_run(core, pod["metadata"]["namespace"], run)
-    return Comparison(name, advertised, placement, after)
+    return Comparison(name, advertised, placement, after, ours)
 
 
 def compare_stable(admin: str | Path, agent: str | Path, name: str, attempts: int = 4,

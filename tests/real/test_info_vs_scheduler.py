@@ -79,6 +79,7 @@ def _assert_exact(c: ivs.Comparison) -> None:
     assert (c.advertised, c.placement.placed) == (c.placement.placed, c.placement.placed), c
     assert c.placement.pending or c.placement.refused, c       # the scheduler was really pushed past it
     assert c.advertised_after == c.placement.placed, c        # the running pilots are still advertised
+    assert c.ours_after >= c.placement.created, c             # and counted (Pending ones too)
 
 
 def tenant_pod(name: str, node: str | None, cpu: str, memory: str = "1Gi", gpus: int = 0,
