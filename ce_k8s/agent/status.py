@@ -156,6 +156,8 @@ def decide(
 
     if pod.phase == "Failed" and pod.reason == "Evicted" and "ephemeral" in pod.message.lower():
         return Decision(_held("disk-exceeded", pod, pod=pod.name, message=_one_line(pod.message)))
+    if pod.deleting and not pod.finished:
+        return _terminating(job, pod, now)
     why = _evicted(pod)
     if why is not None:
         return _next_attempt(job, pod, why, next_pod_name)
@@ -191,6 +193,29 @@ def decide(
                         delete=True)
     attrs = _pod_attrs(pod)
     attrs.update({"JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sPodReason": reason})
+    return Decision(attrs)
+
+
+def _terminating(job: JobView, pod: PodInfo, now: int) -> Decision:
+    """A pod that is being deleted and has not ended: the job stays as it was, saying why.
+
+    An eviction, the taint manager (a node unreachable) or an admin deleted it, but its containers
+    may still run: during their grace period, and on a node that cannot be reached for as long as
+    it stays away, where a real API server keeps the pod `Running` with a deletion timestamp
+    (finding 5 of docs/real-kubernetes.md). The next attempt waits until this pod has ended or is
+    gone (the `gone` path above decides then), so a pilot never runs twice at once.
+    """
+    why = _evicted(pod) or "deleted"
+    reason = _one_line(f"pod {pod.name} terminating ({why}); the next attempt waits until it has ended")
+    attrs = _pod_attrs(pod)
+    if pod.phase == "Running":
+        start = pod.started_at or pod.start_time or now
+        attrs.update({"JobStatus": RUNNING, "GridJobStatus": "RUNNING", "JobCurrentStartDate": start,
+                      "JobStartDate": job.job_start_date or start, "RemoteHost": pod.node,
+                      "K8sNodeName": pod.node, "NumJobStarts": job.attempt + 1})
+    else:
+        attrs.update({"JobStatus": IDLE, "GridJobStatus": "PENDING"})
+    attrs["K8sPodReason"] = reason
     return Decision(attrs)
 
 

@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ce-k8s demo: {msg}\n")
         sys.stderr.flush()
 
+    # The run on a real control plane always restarts the agent (SIGKILL) mid-run: nothing may be
+    # lost, run twice or left because the agent died (issue 25).
+    args.restart_agent = True
     env = RealKube(args.kube_state or STATE_DIR)
     ours = False
     try:

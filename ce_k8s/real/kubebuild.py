@@ -126,6 +126,9 @@ def build(minor: str = DEFAULT_MINOR, cache: Path = CACHE, progress=print) -> Bi
     return Binaries(bindir, version)
 
 
-if __name__ == "__main__":  # pragma: no cover - manual use
+if __name__ == "__main__":   # .ci/run: before the venv exists (this module is stdlib only)
     import sys
-    build(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MINOR)
+
+    built = build(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MINOR,
+                  progress=lambda msg: print(f"kubebuild: {msg}", flush=True))
+    print(f"kubebuild: Kubernetes {built.version} in {built.bin}", flush=True)

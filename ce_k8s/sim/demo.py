@@ -108,7 +108,9 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         if not env.status().get("up"):
             env.up(progress=progress)
             ours = True
-        demo = RealDemo(env, factory=args.factory)
+        # On a real control plane the run always includes an agent restart (issue 25: the whole
+        # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
+        demo = RealDemo(env, factory=args.factory, restart_agent=args.restart_agent or kube_server is not None)
         pilots = generate(args.pilots, seed=args.seed, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
         demo.submit(pilots)
         where = "from the factory over HTCondor-C" if args.factory else "to the CE"

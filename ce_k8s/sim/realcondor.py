@@ -479,6 +479,18 @@ class RealCondor:
         out = self.run(args, check=False).stdout.strip()
         return json.loads(out) if out.startswith("[") else []
 
+    def agent_pids(self) -> list[int]:
+        """The ce-k8s agent processes condor_master runs in the root (its wrapper execs `ce-k8s agent`)."""
+        pids = []
+        for pid in _processes_in(self.root):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(c.endswith(b"/ce-k8s") for c in cmd[:2]) and b"agent" in cmd:
+                pids.append(pid)
+        return pids
+
     def core_api(self):
         """A kubernetes CoreV1Api on the emulator (the test bed's view of the cluster)."""
         from kubernetes import client

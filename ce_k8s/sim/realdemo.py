@@ -15,8 +15,11 @@ mean the same here, plus `factory_*` when the factory submitted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import time
 import urllib.request
 from collections import Counter
@@ -61,9 +64,13 @@ class RealOutcome:
 class RealDemo:
     """Submit, evict, collect and count, over a running :class:`RealCondor`."""
 
-    def __init__(self, env: RealCondor, factory: bool = False) -> None:
+    def __init__(self, env: RealCondor, factory: bool = False, restart_agent: bool = False) -> None:
         self.env = env
         self.factory = factory
+        # SIGKILL the agent once, when half the pilots have pods: condor_master starts a new one,
+        # which must rebuild from a relist and lose, rerun or leave nothing.
+        self.restart_agent = restart_agent
+        self.agent_restarts = 0
         self.outcomes: dict[str, RealOutcome] = {}
         self.evicted: set[str] = set()
         self.started = 0.0
@@ -206,6 +213,7 @@ class RealDemo:
                 if ad is not None:
                     self._collect(job, self.outcomes[job], ad)
             self._evict()
+            self._maybe_restart_agent(progress)
             if progress is not None:
                 counts = Counter(o.status for o in self.outcomes.values())
                 progress(f"[{time.monotonic() - self.started:6.1f}s] completed {counts['completed']}/"
@@ -214,6 +222,20 @@ class RealDemo:
         for o in self.outcomes.values():
             if o.status == "queued":
                 o.status = "lost"
+
+    def _maybe_restart_agent(self, progress=None) -> None:
+        if not self.restart_agent or self.agent_restarts:
+            return
+        if self.stats()["pods"]["pods_created"] < max(1, len(self.outcomes) // 2):
+            return
+        pids = self.env.agent_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if pids:
+            self.agent_restarts += 1
+            if progress is not None:
+                progress(f"agent killed (pid {', '.join(map(str, pids))}); condor_master starts a new one")
 
     def stats(self) -> dict:
         if self.env.kube_server is not None:     # a real control plane: counted from outside
@@ -246,6 +268,7 @@ class RealDemo:
             "pods_left": stats["pods_left"],
             "secrets_left": stats["secrets_left"],
             "evicted": len(self.evicted),
+            "agent_restarts": self.agent_restarts,
             "wall_s": round(wall, 1),
             "pilots_per_s": round(counts["completed"] / wall, 3) if wall > 0 else 0.0,
             "exit_codes_right": sum(1 for o in self.outcomes.values()

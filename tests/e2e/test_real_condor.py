@@ -218,17 +218,7 @@ def test_no_gridmanager_or_blah_ever_acts_on_a_kubernetes_job(env):
 def test_condor_master_restarts_the_agent_when_killed(env):
     from ce_k8s import protocol
 
-    def agent_pids() -> list[int]:
-        pids = []
-        for pid in _processes_in(env.root):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(c.endswith(b"/ce-k8s") for c in cmd[:2]) and b"agent" in cmd:
-                pids.append(pid)
-        return pids
-
+    agent_pids = env.agent_pids
     first = _wait(agent_pids, what="the agent under condor_master")
     os.kill(first[0], signal.SIGKILL)
     _wait(lambda: not _alive(first[0]), what="the agent gone")

@@ -82,7 +82,10 @@ def agent_env(real_kube, namespace):
     root = Path(tempfile.mkdtemp(prefix="ce-k8s-real-", dir="/tmp"))
     root.chmod(0o755)
     make_spool(root)
-    settings = Settings(ce_name=CE, namespace=namespace, spool=str(root / "spool"), socket=str(root / "agent.sock"),
+    # A CE name of its own (the pods' `ce` label): the agent watches cluster-wide, and a pod of the
+    # same job left by an earlier test in a namespace still being deleted must not look like ours.
+    settings = Settings(ce_name=f"{CE}-{namespace[-6:]}", namespace=namespace, spool=str(root / "spool"),
+                        socket=str(root / "agent.sock"),
                         qps=100.0, burst=100, create_concurrency=2, gc_grace=3600, image_pull_timeout=0,
                         kubelet_ca=str(real_kube.kubelet_ca))   # usage read from the stub, trusting its cert
     api = new_client_from_config(config_file=str(real_kube.kubeconfig))
@@ -251,6 +254,37 @@ def test_finding5_pods_of_a_lost_node_stay_running_and_terminating(core, real_ku
     finally:
         real_kube.return_spare_node()
     wait_for(lambda: not _exists(core, namespace, "p5"), timeout=60, what="the pod gone once the node is back")
+
+
+def test_finding5_pilot_on_a_lost_node_is_not_run_again_while_its_pod_may_run(agent_env, core, real_kube):
+    """Fixed: the taint manager marks the lost node's pod (DisruptionTarget, a deletion timestamp)
+    but its pilot may still run there; the job stays running, says why, and no second pod is made
+    until that pod is gone. Then the eviction gives the next attempt, one new pod."""
+    agent, settings, _root = agent_env
+    ad = _ad(settings, settings.namespace,
+             K8sNodeSelector=classad2.ExprTree("[ 'sim.ce-k8s.io/pool' = \"spare\" ]"),
+             K8sTolerations=classad2.ExprTree("{ [ key = \"ce-k8s.test/spare\"; operator = \"Exists\" ] }"))
+    update(agent, ad)
+    first = ad["K8sPodName"]
+    wait_for(lambda: (o := update(agent, ad)) and ad["JobStatus"] == 2 and o, what="the pilot running on spare-1")
+    assert core.read_namespaced_pod(first, settings.namespace).spec.node_name == "spare-1"
+    real_kube.lose_spare_node()
+    try:
+        wait_for(lambda: _exists(core, settings.namespace, first)
+                 and core.read_namespaced_pod(first, settings.namespace).metadata.deletion_timestamp,
+                 timeout=120, what="the taint manager's deletion")
+        wait_for(lambda: agent.cache.get(first) is not None and agent.cache.get(first).deleting, what="the cache")
+        out = update(agent, ad)
+        assert ad["JobStatus"] == 2 and ad["K8sPodName"] == first, out
+        assert "terminating" in ad["K8sPodReason"] and "DeletionByTaintManager" in ad["K8sPodReason"]
+        pods = core.list_namespaced_pod(settings.namespace).items
+        assert [p.metadata.name for p in pods] == [first]          # no second pod while it may run
+    finally:
+        real_kube.return_spare_node()
+    wait_for(lambda: not _exists(core, settings.namespace, first), timeout=60, what="the pod gone")
+    wait_for(lambda: agent.cache.get(first) is None, what="the agent's cache")
+    update(agent, ad)
+    assert ad["K8sAttempt"] == 1 and ad["K8sPodName"] != first and ad["JobStatus"] == 1
 
 
 def _exists(core, ns, name) -> bool:
