@@ -164,6 +164,9 @@ def container_log(pod: dict[str, Any], container: str, query: dict[str, list[str
     state = status.get("state") or {}
     if "waiting" in state:
         reason = state["waiting"].get("reason") or "ContainerCreating"
+        # The kubelet's words for the two pull failures (validateContainerLogStatus).
+        reason = {"ErrImagePull": "image can't be pulled",
+                  "ImagePullBackOff": "trying and failing to pull image"}.get(reason, reason)
         return 400, f'container "{container}" in pod "{name}" is waiting to start: {reason}'.encode()
     begun = _ts((state.get("running") or state.get("terminated") or {}).get("startedAt")) or time.time()
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(SCENARIO_ANNOTATION) or ""

@@ -235,6 +235,10 @@ class Api:
         # for and at which resourceVersion (see `list`).
         self._pages: collections.OrderedDict[tuple[object, ...], list[tuple[tuple[str, str], Obj]]] = \
             collections.OrderedDict()
+        # Who may keep a pod whose grace period ran out: the end of the grace stands in for the
+        # kubelet's confirmation here, but a kubelet that cannot be reached (a lost node) never
+        # confirms, and the real server then keeps the pod Terminating (ce_k8s.sim.kubelet).
+        self.grace_holds: list[Callable[[Obj], bool]] = []
         for ns in SYSTEM_NAMESPACES:
             self.create("namespaces", None, {"metadata": {"name": ns}})
 
@@ -321,8 +325,6 @@ class Api:
         name = str(name)
         if info.namespaced:
             self._check_namespace_open(resource, ns, name, info.group)
-        if self.store.peek(resource, ns, name) is not None:
-            raise already_exists(resource, name, info.group)
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink"):
             meta.pop(k, None)
@@ -330,10 +332,15 @@ class Api:
         meta["creationTimestamp"] = now_iso()
         self._default(resource, obj)
         if resource == "pods":
+            # Admission (ResourceQuota) runs before storage says AlreadyExists, dry runs included:
+            # at a full quota a create of a pod that exists is 403 "exceeded quota", not 409, on
+            # a real kube-apiserver (tests/real/test_emulator_parity.py; the creator's re-run
+            # asks for the pod itself then).
             self._admit_pod(ns, name, obj)
+        if self.store.peek(resource, ns, name) is not None:
+            raise already_exists(resource, name, info.group)
         if dry_run:
-            meta.pop("uid", None)
-            return obj
+            return obj      # with its uid and no resourceVersion, as the real dry run answers
         stored = self._commit(resource, None, obj)
         if resource == "namespaces":
             self._ensure_default_sa(name)
@@ -635,10 +642,20 @@ class Api:
                 nmeta["deletionGracePeriodSeconds"] = grace
                 nmeta["deletionTimestamp"] = now_iso(grace)
                 if self._deletion_complete(new):
+                    if resource == "pods":
+                        new = self._commit(resource, obj, new)
                     return self._deleted_answer(info, self._remove(resource, new)), 200
                 return self._commit(resource, obj, new), 202
             return obj, 202
         if grace == 0 and not finalizers:
+            if resource == "pods":
+                # A pod is deleted gracefully even with no grace left (unscheduled, finished, or
+                # gracePeriodSeconds=0): kube-apiserver first stores it with deletionTimestamp and
+                # deletionGracePeriodSeconds 0, then removes it, so watchers see MODIFIED then a
+                # DELETED that carries the stamp (tests/real/test_emulator_parity.py).
+                nmeta["deletionTimestamp"] = now_iso()
+                nmeta["deletionGracePeriodSeconds"] = 0
+                obj = self._commit(resource, obj, new)
             return self._deleted_answer(info, self._remove(resource, obj)), 200
         nmeta["deletionTimestamp"] = now_iso(grace)
         nmeta["deletionGracePeriodSeconds"] = grace
@@ -676,6 +693,8 @@ class Api:
     def _grace_expired(self, resource: str, ns: str, name: str, uid: str) -> None:
         obj = self.store.peek(resource, ns, name)
         if obj is None or meta_of(obj).get("uid") != uid or not meta_of(obj).get("deletionTimestamp"):
+            return
+        if any(hold(obj) for hold in self.grace_holds):
             return
         new = clone(obj)
         meta_of(new)["deletionGracePeriodSeconds"] = 0
@@ -900,15 +919,17 @@ class Api:
         """POST pods/eviction (policy/v1): DisruptionTarget condition, then a normal delete."""
         if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
             raise bad_request("the body of the request was in an unknown format")
-        pod = self.get("pods", namespace, name)
+        self.get("pods", namespace, name)         # 404 for a pod that does not exist
         if meta_of(body).get("name") not in (None, name):
             raise bad_request("name in URL does not match name in Eviction object")
-        status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-        if (status or {}).get("phase") not in TERMINAL_PHASES and not meta_of(pod).get("deletionTimestamp"):  # type: ignore[union-attr]
-            def mark(p: Obj) -> None:
-                set_condition(p.setdefault("status", {}), "DisruptionTarget", "True",  # type: ignore[arg-type]
-                              "EvictionByEvictionAPI", "Eviction API: evicting")
-            self.write("pods", namespace, name, mark)
+        # Every evicted pod gets the condition, a finished or terminating one too: kube-apiserver's
+        # addConditionAndDeletePod runs for every pod it evicts (finding 4 of
+        # docs/real-kubernetes.md; tests/real/test_emulator_parity.py), so the agent must tell a
+        # drain after the pilot's end from an eviction that ended it.
+        def mark(p: Obj) -> None:
+            set_condition(p.setdefault("status", {}), "DisruptionTarget", "True",  # type: ignore[arg-type]
+                          "EvictionByEvictionAPI", "Eviction API: evicting")
+        self.write("pods", namespace, name, mark)
         opts = body.get("deleteOptions") if isinstance(body.get("deleteOptions"), dict) else None
         self.delete("pods", namespace, name, opts)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}

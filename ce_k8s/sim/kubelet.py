@@ -217,6 +217,7 @@ class Kubelet:
         for i, spec in enumerate(self.node_specs):
             self._register(spec, i)
         self.store.add_listener(self._on_event)
+        self.api.grace_holds.append(self._unconfirmable)
         for pod in list(self.store.peek_list("pods")):
             self._observe(self._key(pod))
 
@@ -224,6 +225,8 @@ class Kubelet:
         """Stop reacting and cancel every timer."""
         self._running = False
         self.store.remove_listener(self._on_event)
+        if self._unconfirmable in self.api.grace_holds:
+            self.api.grace_holds.remove(self._unconfirmable)
         for sim in self._pods.values():
             sim.cancel()
         for timers in self._lost_timers.values():
@@ -272,8 +275,10 @@ class Kubelet:
         return self.usage.summary(node, self._pods_on(node), self._started_at)
 
     def lose_node(self, node: str) -> None:
-        """The node stops reporting: Ready=Unknown, unreachable taints, its pods freeze and then
-        fail with NodeLost after their unreachable toleration (default 300 s simulated)."""
+        """The node stops reporting: Ready=Unknown, unreachable taints, its pods freeze with
+        Ready=False; after their unreachable toleration (default 300 s simulated) the taint
+        manager marks them DisruptionTarget and deletes them, and they stay Running and
+        Terminating until `restore_node` (as on a real cluster: nobody can confirm the kill)."""
         self._in_loop(self._lose, node)
 
     def restore_node(self, node: str) -> None:
@@ -1056,6 +1061,8 @@ class Kubelet:
                 sim.state = "frozen"
             if _dig(pod, "status", "phase") in TERMINAL_PHASES:
                 continue
+            # The node lifecycle controller's MarkPodsNotReady: Ready goes False, reason kept.
+            self._mark_not_ready(key)
             wait = 300.0
             for t in _dig(pod, "spec", "tolerations") or []:
                 if t.get("key") == UNREACHABLE and t.get("effect") in (None, "NoExecute"):
@@ -1065,20 +1072,37 @@ class Kubelet:
                 timers.append(self.loop.call_later(wait * self.time_scale, self._node_lost_pod, node, key, uid))
         log.info("node %s lost", node)
 
+    def _mark_not_ready(self, key: Key) -> None:
+        """Ready=False on a lost node's pod, as the node lifecycle controller writes it (the
+        condition's reason untouched): a reader of Ready sees the pod is not serving."""
+        def not_ready(p: dict[str, Any]) -> None:
+            for cond in _dig(p, "status", "conditions") or []:
+                if cond.get("type") == "Ready" and cond.get("status") != "False":
+                    cond["status"] = "False"
+                    cond["lastTransitionTime"] = now_iso()
+        try:
+            self.api.write("pods", key[0], key[1], not_ready)
+        except ApiError as e:
+            log.debug("node lost %s/%s: %s", *key, e.message)
+
+    def _unconfirmable(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a deleted pod's kubelet cannot confirm the kill (its node is lost): the pod
+        then stays Terminating past its grace period, as on a real cluster (Api.grace_holds)."""
+        return _dig(pod, "spec", "nodeName") in self._lost
+
     def _node_lost_pod(self, node: str, key: Key, uid: str) -> None:
+        """The taint manager's eviction, as kube-controller-manager's taint-eviction-controller
+        does it: DisruptionTarget, then a graceful delete. Nothing else touches the pod: with no
+        kubelet to kill the containers and confirm, it stays Running with a deletionTimestamp
+        until the node is back or someone force-deletes it (finding 5 of
+        docs/real-kubernetes.md, tests/real/test_emulator_parity.py)."""
         pod = self.store.peek("pods", *key)
         if pod is None or meta_of(pod).get("uid") != uid or node not in self._lost:
             return
-        msg = f"Node {node} which was running pod {key[1]} is unresponsive"
 
         def lost(p: dict[str, Any]) -> None:
-            st = p.setdefault("status", {})
-            set_condition(st, "DisruptionTarget", "True", "DeletionByTaintManager",
+            set_condition(p.setdefault("status", {}), "DisruptionTarget", "True", "DeletionByTaintManager",
                           "Taint manager: deleting due to NoExecute taint")
-            set_condition(st, "Ready", "False", "NodeLost", msg)
-            st["phase"] = "Failed"
-            st["reason"] = "NodeLost"
-            st["message"] = msg
         try:
             self.api.write("pods", key[0], key[1], lost)
             self._event(pod, "TaintManagerEviction", f"Marking for deletion Pod {key[0]}/{key[1]}",

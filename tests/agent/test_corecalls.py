@@ -101,7 +101,11 @@ def test_answers_and_errors_over_http(server):
     assert exc.value.status == 404
     secret = json.loads(calls.create_namespaced_secret("default", dict(SECRET)).data)
     assert secret["data"] == {"proxy": "UEVN"}
-    with pytest.raises(ApiException) as exc:       # no kubelet here: the container never started
+    # Bound to a node whose kubelet never starts the container (no kubelet simulator here): 400.
+    # (Unbound, there is no kubelet to ask and the log is empty, as on a real server.)
+    assert calls.read_namespaced_pod_log("p1", "default", container="pilot", limit_bytes=100).data == b""
+    server.call(server.api.bind, "default", "p1", {"target": {"name": "cpu-1"}})
+    with pytest.raises(ApiException) as exc:
         calls.read_namespaced_pod_log("p1", "default", container="pilot", limit_bytes=100)
     assert exc.value.status == 400 and "waiting to start" in json.loads(exc.value.body)["message"]
     calls.delete_namespaced_pod("p1", "default", propagation_policy="Background")

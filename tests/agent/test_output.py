@@ -34,7 +34,11 @@ def update(agent, ad):
 
 
 def finish(server, lines=(("stdout", "glidein ok\n"),), code=0, name=NAME):
-    """The kubelet's order: the log exists, then the container is reported terminated."""
+    """The kubelet's order: the log exists, then the container is reported terminated. The pod
+    is bound to a node first, as the scheduler would have: a pod without one has no kubelet, and
+    its log is empty (200) on a real server (tests/real/test_emulator_parity.py)."""
+    if not (server.store.get("pods", "default", name) or {}).get("spec", {}).get("nodeName"):
+        server.call(server.api.bind, "default", name, {"target": {"name": "cpu-1"}})
     server.store.logs[("default", name, "pilot")] = [("2025-10-09T09:00:00.000000000Z", s, t) for s, t in lines]
 
     def done(pod):

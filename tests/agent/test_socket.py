@@ -78,7 +78,9 @@ def test_finalize_returns_pod_output_then_cleanup_deletes(server, settings, laun
         def finish(pod):
             pod["status"] = {"phase": "Succeeded", "containerStatuses": [{"name": "pilot", "state": {"terminated": {
                 "exitCode": 0, "startedAt": "2025-10-09T08:55:00Z", "finishedAt": "2025-10-09T09:05:00Z"}}}]}
-        # The kubelet has the log before it reports the container terminated.
+        # Scheduled to a node (a pod without one has no kubelet, so no log: 200 and nothing, as on
+        # a real server); the kubelet has the log before it reports the container terminated.
+        server.call(server.api.bind, "default", NAME, {"target": {"name": "cpu-1"}})
         server.store.logs[("default", NAME, "pilot")] = [("2025-10-09T09:00:00.000000000Z", "stdout", "glidein ok\n")]
         server.call(server.api.write, "pods", "default", NAME, finish)
         wait(lambda: agent.cache.get(NAME).phase == "Succeeded")

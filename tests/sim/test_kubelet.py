@@ -5,6 +5,7 @@ report them. Time runs at 1/100 (``time_scale=0.01``): a "2s" container takes 20
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from kubernetes import client, watch
@@ -270,13 +271,20 @@ def test_node_loss(cluster, kcore, pod_body):
     ready = {c["type"]: c for c in node["status"]["conditions"]}["Ready"]
     assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
     assert any(t["key"] == "node.kubernetes.io/unreachable" for t in node["spec"]["taints"])
-    cluster.wait_for(lambda: pod(cluster, "p1") is None)
-    p = failed_version(seen)
-    assert p["status"]["reason"] == "NodeLost"
+    # As on a real cluster (tests/real/test_emulator_parity.py): the taint manager marks and
+    # deletes the pod, and it stays Running and Terminating while nobody can confirm the kill,
+    # past its grace period (30 simulated s).
+    p = cluster.wait_for(lambda: (x := pod(cluster, "p1")) and x["metadata"].get("deletionTimestamp") and x)
+    time.sleep(40 * 0.01)     # the cluster fixture runs at time_scale 0.01
+    p = pod(cluster, "p1")
+    assert p is not None and p["status"]["phase"] == "Running" and "reason" not in p["status"]
     assert conditions(p)["DisruptionTarget"]["reason"] == "DeletionByTaintManager"
+    assert conditions(p)["Ready"]["status"] == "False"
+    assert not any(obj["status"].get("phase") == "Failed" for _, obj in seen)
     cluster.kubelet.restore_node("cpu-1")
     ready = {c["type"]: c for c in cluster.store.get("nodes", None, "cpu-1")["status"]["conditions"]}["Ready"]
     assert ready["status"] == "True"
+    cluster.wait_for(lambda: pod(cluster, "p1") is None)     # its kubelet is back and confirms the kill
 
 
 def test_bad_scenario_is_reported_on_the_container(cluster, kcore, pod_body):
