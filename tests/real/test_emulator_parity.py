@@ -519,3 +519,31 @@ def test_events_of_a_pod_are_found_by_involved_object(sides):
                      "involvedObject.name=never-was", limit=1)["items"]
         return len(found), found[0]["involvedObject"]["name"], none
     assert same(sides, history) == (1, "v1", [])
+
+
+# --------------------------------------------------------------------------------------------
+# Garbage collection by owner reference
+
+
+def test_a_secret_goes_with_its_pod_and_with_an_owner_that_never_was(sides):
+    """The creator makes each pilot's Secret owned by its pod: deleting the pod takes the Secret
+    with it, and a Secret whose owner uid does not exist (the pod vanished before the Secret was
+    made) is collected too. Both by the garbage collector, on both sides."""
+    def collected(s: Side) -> tuple[bool, bool]:
+        pod = s.raw(s.core.create_namespaced_pod, s.ns, pod_body("o1"))
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "o1", "uid": pod["metadata"]["uid"]}
+        ghost = dict(owner, name="o-ghost", uid="00000000-0000-4000-8000-000000000000")
+        for name, ref in (("s-owned", owner), ("s-ghost", ghost)):
+            s.core.create_namespaced_secret(s.ns, {"metadata": {"name": name, "ownerReferences": [ref]},
+                                                   "stringData": {"k": "v"}})
+        s.core.delete_namespaced_pod("o1", s.ns, grace_period_seconds=0)
+
+        def gone(name: str) -> bool:
+            try:
+                s.core.read_namespaced_secret(name, s.ns)
+                return False
+            except ApiException as exc:
+                return exc.status == 404
+        return (bool(wait_for(lambda: gone("s-owned"), timeout=60, what=f"{s.name}: the owned Secret gone")),
+                bool(wait_for(lambda: gone("s-ghost"), timeout=60, what=f"{s.name}: the orphan Secret gone")))
+    assert same(sides, collected) == (True, True)
