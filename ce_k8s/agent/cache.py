@@ -98,6 +98,13 @@ class PodCache:
         self._stop.set()
         resp = self._resp
         if resp is not None:
+            # Closing the response does not wake the watch thread blocked reading its socket, and a
+            # real API server sends nothing on a quiet WATCH until its timeout (300 s): shut the
+            # socket down first so the read returns now (tests/real/test_watch.py).
+            try:
+                resp.shutdown()     # urllib3 >= 2.3: shuts the socket down under a blocked read
+            except (AttributeError, ValueError, RuntimeError, OSError):   # an older urllib3, or closed already
+                pass
             try:
                 resp.close()
             except Exception:  # noqa: S110 - closing a dead connection may fail; we are stopping anyway
@@ -231,6 +238,8 @@ class PodCache:
         self.watches += 1
         self._resp = resp
         try:
+            if self._stop.is_set():     # `stop` ran before `_resp` was set: it could not close it
+                return
             buf = b""
             for chunk in resp.stream(amt=None, decode_content=False):
                 if self._stop.is_set():

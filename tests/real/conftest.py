@@ -9,7 +9,10 @@ cache directory under /var/cache.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,3 +68,68 @@ def wait_for(predicate, timeout: float = 60.0, poll: float = 0.2, what: str = ""
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+
+
+@pytest.fixture
+def admin_core(admin_client):
+    from kubernetes import client
+
+    return client.CoreV1Api(admin_client)
+
+
+@pytest.fixture
+def pilot_namespace(real_kube, admin_core, request):
+    """A fresh pilot namespace as a site makes one (RealKubeServer.prepare_namespace: restricted
+    PodSecurity, the agent's Role copied in), so each test's pods, quotas and holds stay its own."""
+    from ce_k8s.real.kubeserver import RealKubeServer
+
+    name = f"it-{request.node.name.lower().replace('_', '-')[5:30].strip('-')}-{os.urandom(3).hex()}"
+    server = RealKubeServer(real_kube)
+    try:
+        server.prepare_namespace(name)
+    finally:
+        server.stop()
+    yield name
+    admin_core.delete_namespace(name)
+
+
+@contextlib.contextmanager
+def running_agent(real_kube, namespace: str, **overrides):
+    """The in-process Agent on the agent's own kubeconfig (its ServiceAccount token, never the
+    admin's), a CE name of its own (`ce_name=` to share one), a spool holding one pilot's sandbox;
+    yields (agent, settings, spool root).
+    A context manager rather than a fixture so that a test can stop one agent and start another
+    on the same spool, as a restart does."""
+    from agent.conftest import make_spool
+    from kubernetes.config import new_client_from_config
+
+    from ce_k8s.agent.agent import Agent
+    from ce_k8s.agent.sourceprobe import GONE, FixedProbe
+    from ce_k8s.settings import Settings
+
+    root = overrides.pop("root", None)
+    own_root = root is None
+    if own_root:
+        root = Path(tempfile.mkdtemp(prefix="ce-k8s-real-", dir="/tmp"))
+        root.chmod(0o755)
+        make_spool(root)
+    values = {"ce_name": f"{AGENT_CE}-{os.urandom(3).hex()}", "namespace": namespace, "spool": str(root / "spool"),
+              "socket": str(root / "agent.sock"), "qps": 100.0, "burst": 100, "create_concurrency": 2,
+              "gc_grace": 3600, "image_pull_timeout": 0}
+    values.update(overrides)
+    settings = Settings(**values)
+    api = new_client_from_config(config_file=str(real_kube.kubeconfig))
+    agent = Agent(settings, api, request_timeout=10.0, watch_timeout=10, source_probe=FixedProbe(GONE))
+    agent.start()
+    try:
+        yield agent, settings, root
+    finally:
+        agent.stop()
+        api.close()
+        if own_root:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+# The agent's CE name here, made unique per agent: its pods carry it as a label and its watch
+# selects on it, so an agent never sees another test's pods (same job ids, other namespace).
+AGENT_CE = "real-kube-it"
