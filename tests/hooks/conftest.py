@@ -84,12 +84,14 @@ def run_hook(hook_dir: Path, name: str, stdin: bytes, env: dict | None = None, u
 class StubAgent:
     """A protocol-level stand-in for the agent: records requests, answers from `self.reply`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, reply: tuple[str, list[bytes]] | None = None) -> None:
         import socket
 
         self.path = path
         self.requests: list[tuple[str, bytes, int]] = []
-        self.reply: tuple[str, list[bytes]] = (protocol.STATUS_OK, [b""])
+        # Set before the socket listens: a hook already retrying connects the moment it does
+        # (setting it after construction raced that first request under load).
+        self.reply: tuple[str, list[bytes]] = reply or (protocol.STATUS_OK, [b""])
         self.delay = 0.0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)

@@ -94,9 +94,7 @@ def test_agent_restarting_is_retried_within_the_deadline(hook_dir, shared_tmp):
     agents = []
 
     def come_back():
-        agent = StubAgent(sock)
-        agent.reply = (protocol.STATUS_OK, [str(spool).encode(), b"late but complete\n", b""])
-        agents.append(agent)
+        agents.append(StubAgent(sock, reply=(protocol.STATUS_OK, [str(spool).encode(), b"late but complete\n", b""])))
     timer = threading.Timer(1.5, come_back)
     timer.start()
     try:

@@ -70,8 +70,11 @@ def test_status_table_is_aligned_and_summarised(host):
     assert lines[-1] == "2 pilot pod(s): 2 running"
 
 
-def test_status_shows_an_evicted_pilot_as_idle_with_the_next_attempt(host):
-    """The Eviction API sets DisruptionTarget, which the agent maps to a new attempt (docs/holds.md).
+def test_status_shows_an_evicted_pilot_running_until_its_pod_is_gone(host):
+    """The Eviction API sets DisruptionTarget and starts the pod's deletion; while the pod has not
+    ended its pilot may still run (its grace period, or a node that cannot be reached), so the job
+    stays Running and says why, and the next attempt waits until the pod is gone (finding 5 of
+    docs/real-kubernetes.md; docs/holds.md).
 
     The emulator deletes an evicted pod within milliseconds, so the row is computed from the pod as
     the Eviction API leaves it (condition set, deletion started), taken from the live pod.
@@ -86,8 +89,9 @@ def test_status_shows_an_evicted_pilot_as_idle_with_the_next_attempt(host):
         {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
          "message": "Eviction API: evicting"})
     row = status.row_from_pod(pod, Settings(), time.time())
-    assert (row.status, row.phase, row.source_job, row.attempt) == ("Idle", "Terminating", "5.0", 0)
-    assert row.reason.startswith("attempt 0 evicted: EvictionByEvictionAPI")
+    assert (row.status, row.phase, row.source_job, row.attempt) == ("Running", "Terminating", "5.0", 0)
+    assert f"pod {name} terminating (EvictionByEvictionAPI" in row.reason
+    assert row.reason.endswith("the next attempt waits until it has ended")
     assert row.hold_reason == ""
 
 
