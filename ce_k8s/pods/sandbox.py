@@ -94,11 +94,15 @@ def _short(text: str, limit: int = 120) -> str:
 
 
 def _key_for(path: str, taken: set[str]) -> str:
-    """A Secret key from the file's base name: only [-._a-zA-Z0-9], never `.`/`..`, unique."""
+    """A Secret key from the file's base name: only [-._a-zA-Z0-9], never `.`, never starting
+    with `..` (the API server refuses such a key, and the pod's volume item path named after it:
+    "must not start with '..'"), unique."""
     base = posixpath.basename(path)
     key = "".join(c if c in _KEY_CHARS else "_" for c in base)[:200] or "file"
-    if key in (".", ".."):
-        key = key.replace(".", "_")
+    if key == ".":
+        key = "_"
+    elif key.startswith(".."):
+        key = "_" + key[1:]
     candidate, n = key, 2
     while candidate in taken:
         candidate = f"{key}-{n}"

@@ -198,6 +198,10 @@ def validate_secret(secret: dict[str, object]) -> list[Cause]:
                            f"Invalid value: {_q(k)}: a valid config key must consist of alphanumeric characters, "
                            "'-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for "
                            "validation is '[-._a-zA-Z0-9]+')"))
+        # As the real server (IsConfigMapKey): a key is a file name in a volume, never a step up.
+        if str(k) in (".", "..") or str(k).startswith(".."):
+            rule = f"must not be '{k}'" if str(k) in (".", "..") else "must not start with '..'"
+            causes.append((f"data[{k}]", "FieldValueInvalid", f"Invalid value: {_q(k)}: {rule}"))
         try:
             total += len(base64.b64decode(str(v), validate=True))
         except (binascii.Error, ValueError):

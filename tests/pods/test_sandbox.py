@@ -94,11 +94,14 @@ def test_relative_scitokens_file_is_shipped_as_token():
 
 
 def test_keys_are_valid_and_unique():
-    """Secret keys: only [-._a-zA-Z0-9], unique even when two inputs share a base name."""
-    items = plan(TransferInput="a/in put.txt,b/in put.txt,b/..x")
+    """Secret keys: only [-._a-zA-Z0-9], never starting with `..` (the API server refuses such a
+    key, and such a volume item path: tests/real/test_lifecycle.py), unique even when two inputs
+    share a base name."""
+    items = plan(TransferInput="a/in put.txt,b/in put.txt,b/..x,...,.hidden")
     keys = [i.key for i in items]
     assert len(keys) == len(set(keys))
-    assert "in_put.txt" in keys and "in_put.txt-2" in keys and "..x" in keys
+    assert "in_put.txt" in keys and "in_put.txt-2" in keys and "_.x" in keys and "_.." in keys
+    assert ".hidden" in keys and not any(k.startswith("..") for k in keys)
 
 
 def test_scitokens_file_outside_spool_is_not_shipped():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from pathlib import Path
 
 import classad2
@@ -51,7 +52,10 @@ def until(agent, ad, predicate, what: str, timeout: float = 60.0):
     def step():
         update(agent, ad)
         return predicate(ad)
-    wait_for(step, timeout=timeout, poll=0.3, what=f"{what} (last: {dict(ad)})")
+    try:
+        wait_for(step, timeout=timeout, poll=0.3, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the routed job now: {dict(ad)}") from None
     return ad
 
 
@@ -266,6 +270,43 @@ def test_a_sandbox_of_exactly_one_mib_is_taken_by_the_real_server(bed, admin_cor
     (Path(over["Iwd"]) / "glidein_startup.sh").write_bytes(b"#" * (SECRET_HARD_MAX - proxy + 1))
     until(agent, over, status_is(5), "the hold")
     assert_hold(over, "sandbox-too-large")
+
+
+def test_awkward_input_file_names_make_secret_keys_the_real_server_takes(bed, admin_core, pilot_namespace):
+    """Secret keys must match [-._a-zA-Z0-9]+ on a real server; spooled inputs may be named
+    anything. The pod mounts each file under its key, so the server must take every key made."""
+    agent, settings, _ = bed
+    names = ["a b.txt", "x+y@z=1.dat", "\u00fcn\u00efcode.txt", "-dash", "...", "a b.txt.1"]
+    ad = pilot(settings, pilot_namespace, TransferInput=", ".join(names))
+    for name in names:
+        (Path(ad["Iwd"]) / name).write_text(name)
+    until(agent, ad, status_is(2), "the pilot running")
+    secret = read_secret(admin_core, pilot_namespace, secret_name(ad["K8sPodName"]))
+    contents = sorted(base64.b64decode(v).decode() for k, v in secret.data.items() if k not in (
+        "glidein_startup.sh", "x509up"))
+    assert contents == sorted(names), secret.data.keys()
+
+
+def test_a_full_secret_quota_is_waited_out_never_held(bed, admin_core, pilot_namespace, caplog):
+    """A quota on Secrets refuses the sandbox after the pod is made: temporary, so the agent
+    retries and the job is never held; the Secret comes once there is room. (A kubelet would
+    keep that pod ContainerCreating, so the job idle, until its Secret volume exists; kwok does
+    not mount volumes and shows it Running, so the job's state meanwhile is not asserted.)"""
+    agent, settings, _ = bed
+    caplog.set_level(logging.INFO, logger="ce_k8s.agent.creator")
+    admin_core.create_namespaced_resource_quota(pilot_namespace, {"metadata": {"name": "no-secrets"},
+                                                                  "spec": {"hard": {"secrets": "0"}}})
+    wait_for(lambda: admin_core.read_namespaced_resource_quota("no-secrets", pilot_namespace).status.hard,
+             what="the quota's status")
+    ad = pilot(settings, pilot_namespace)
+    name = secret_name(ad["K8sPodName"])
+    until(agent, ad, lambda a: "event=create-delayed" in caplog.text and "exceeded quota" in caplog.text,
+          "the Secret's quota refusal")
+    assert "create secret: quota exceeded" in caplog.text and read_secret(admin_core, pilot_namespace, name) is None
+    admin_core.delete_namespaced_resource_quota("no-secrets", pilot_namespace)
+    until(agent, ad, lambda a: read_secret(admin_core, pilot_namespace, name) is not None,
+          "the Secret once there is room", timeout=120)
+    assert ad["JobStatus"] != 5 and "HoldReasonCode" not in ad, dict(ad)
 
 
 # --------------------------------------------------------------------------------------------
