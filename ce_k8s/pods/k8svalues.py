@@ -299,6 +299,10 @@ def security_permissions(pod: dict) -> set[str]:
                 perms.add(f"privileged:{name}")
             if sc.get("procMount") not in (None, "Default"):
                 perms.add(f"procMount:{name}")
+            # A port bound on the node's own address (PodSecurity baseline forbids it).
+            for port in c.get("ports") or []:
+                if isinstance(port, dict) and port.get("hostPort"):
+                    perms.add(f"hostPort={port.get('hostPort')}:{name}")
             caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), dict) else {}
             if "ALL" not in (caps.get("drop") or []):
                 perms.add(f"capabilities-kept:{name}")

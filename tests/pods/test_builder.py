@@ -435,6 +435,8 @@ def test_patch_failures(settings, patch):
     [{"op": "add", "path": "/spec/securityContext/runAsUser", "value": 0}],
     [{"op": "replace", "path": "/spec/securityContext/seccompProfile/type", "value": "Unconfined"}],
     [{"op": "add", "path": "/spec/hostNetwork", "value": True}],
+    # A port on the node's address: PodSecurity baseline forbids it (tests/real/test_lifecycle.py).
+    [{"op": "add", "path": "/spec/containers/0/ports", "value": [{"containerPort": 8080, "hostPort": 8080}]}],
     [{"op": "replace", "path": "/spec/restartPolicy", "value": "Always"}],
     [{"op": "replace", "path": "/spec/automountServiceAccountToken", "value": True}],
     [{"op": "add", "path": "/spec/volumes/-", "value": {"name": "root", "hostPath": {"path": "/"}}}],

@@ -15,8 +15,9 @@ import logging
 from pathlib import Path
 
 import classad2
+import jsonpatch
 import pytest
-from agent.conftest import make_spool, routed_ad
+from agent.conftest import make_spool, routed_ad, text_of
 from agent.test_agent import update
 from kubernetes.client.rest import ApiException
 
@@ -185,12 +186,21 @@ def test_pod_security_refusal_holds_admission_denied(bed, admin_core, pilot_name
     assert read_pod(admin_core, pilot_namespace, ad["K8sPodName"]) is None
 
 
-def test_hostpath_patch_never_reaches_the_server(bed, pilot_namespace):
-    """hostPath (CVMFS the wrong way) is refused by ce-k8s before any create: PodSecurity would
-    refuse it too, but in a namespace without it the pod must not be made either."""
+@pytest.mark.parametrize("op", [
+    {"op": "add", "path": "/spec/volumes/-", "value": {"name": "cvmfs", "hostPath": {"path": "/cvmfs"}}},
+    {"op": "add", "path": "/spec/containers/0/ports", "value": [{"containerPort": 8080, "hostPort": 8080}]},
+], ids=["hostPath", "hostPort"])
+def test_patches_podsecurity_forbids_never_reach_the_server(bed, admin_core, pilot_namespace, op):
+    """hostPath (CVMFS the wrong way) and a hostPort are refused by ce-k8s before any create:
+    PodSecurity refuses both here (shown by a dry run of the same pod), but in a namespace
+    without it the pod must not be made either."""
     agent, settings, _ = bed
-    patch = [{"op": "add", "path": "/spec/volumes/-", "value": {"name": "cvmfs", "hostPath": {"path": "/cvmfs"}}}]
-    ad = pilot(settings, pilot_namespace, K8sPodPatch=json.dumps(patch))
+    ad = pilot(settings, pilot_namespace, K8sPodPatch=json.dumps([op]))
+    plain = agent.creator.build(text_of(pilot(settings, pilot_namespace, cluster=4712)).decode(), "cmspilot")
+    pod = jsonpatch.JsonPatch([op]).apply(plain.pod, in_place=False)
+    with pytest.raises(ApiException) as err:
+        admin_core.create_namespaced_pod(pilot_namespace, pod, dry_run="All")
+    assert err.value.status == 403 and "PodSecurity" in json.loads(err.value.body)["message"]
     until(agent, ad, status_is(5), "the hold")
     assert_hold(ad, "patch-weakens-security")
     assert agent.metrics["creates"] == 0
