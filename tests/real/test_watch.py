@@ -156,3 +156,35 @@ def test_the_agent_stops_at_once_with_its_watch_open(real_kube, pilot_namespace)
         took = time.monotonic() - started
         assert not agent.cache._thread.is_alive() and took < 2.0, f"stop took {took:.1f} s"
         agent.cache.start()         # the context's own stop finds a running cache, as it expects
+
+
+def test_a_continue_expired_mid_relist_starts_the_list_over(real_kube, admin_core, pilot_namespace, monkeypatch):
+    """Between two pages of the agent's relist, etcd moves on and is compacted and kube-apiserver
+    restarts (its watch-cache snapshots, which would still serve the old continue, are gone): the
+    continue gets a real 410 and the agent lists again from the start, keeping nothing of the
+    abandoned pages; the cache ends with every pod once."""
+    monkeypatch.setattr(cache_module, "LIST_PAGE", 2)
+    with running_agent(real_kube, pilot_namespace) as (agent, settings, _):
+        ads = [pilot(settings, pilot_namespace, cluster=c) for c in range(4711, 4716)]
+        for ad in ads:
+            until(agent, ad, lambda a: a.get("K8sPodUid"), "the pod created")
+        pages: list[str | None] = []
+        errors: list[int] = []
+        list_page = agent.cache._list_page
+
+        def expiring(cont):
+            pages.append(cont)
+            if cont and len(pages) == 2:        # the first continue: expire it
+                admin_core.create_namespaced_config_map(pilot_namespace, {"metadata": {"name": "write"}})
+                etcd_compact(real_kube.state().etcd)
+                real_kube.restart("kube-apiserver", progress=lambda m: None)
+            try:
+                return list_page(cont)
+            except ApiException as exc:
+                errors.append(exc.status)
+                raise
+        agent.cache._list_page = expiring
+        agent.cache.relist()
+        names = sorted(ad["K8sPodName"] for ad in ads)
+        assert errors == [410] and pages[2] is None, (errors, pages)
+        assert sorted(agent.cache.pods) == names == our_pods(admin_core, pilot_namespace)
