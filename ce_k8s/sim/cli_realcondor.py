@@ -1,6 +1,7 @@
 """`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.sim.realcondor).
 
-    ce-k8s testbed real-condor up [--htcondor 25|23] [--poll S] [--nodes SPEC] [--state DIR] [--root DIR]
+    ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config bed|stock] [--poll S] [--nodes SPEC]
+                                  [--state DIR] [--root DIR]
     ce-k8s testbed real-condor down [--htcondor 25|23] [--state DIR] [--root DIR]
     ce-k8s testbed real-condor status [--htcondor 25|23] [--json] [--state DIR] [--root DIR]
 
@@ -35,18 +36,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", default=DEFAULT_NODES, metavar="SPEC", help="simulated node pools")
     parser.add_argument("--time-scale", type=float, default=0.05, metavar="X",
                         help="real seconds per simulated second in the kubelet (default 0.05)")
+    parser.add_argument("--ce-config", choices=("bed", "stock"), default="bed",
+                        help="bed: the test bed's own CE configuration (default); stock: HTCondor-CE's own "
+                             "files plus `ce-k8s install`'s, token authentication from the factory "
+                             "(docs/real-condor.md)")
     parser.add_argument("--json", action="store_true", help="status as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ce_k8s.sim.realcondor import RealCondor, RealCondorError
+    from ce_k8s.sim.realce import real_condor
+    from ce_k8s.sim.realcondor import RealCondorError
 
     def progress(msg: str) -> None:
         sys.stderr.write(f"ce-k8s testbed: {msg}\n")
         sys.stderr.flush()
 
     try:
-        env = RealCondor(args.state, args.root, htcondor=args.htcondor)
+        env = real_condor(args.state, args.root, htcondor=args.htcondor, ce_config=args.ce_config)
     except RealCondorError as exc:
         sys.stderr.write(f"ce-k8s testbed real-condor {args.action}: {exc}\n")
         return 2

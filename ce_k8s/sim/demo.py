@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--factory", action="store_true",
                         help="with --condor real: submit from the factory schedd over HTCondor-C")
     parser.add_argument("--state", metavar="DIR", help="with --condor real: the test bed's state directory")
+    parser.add_argument("--ce-config", choices=("bed", "stock"), default="bed",
+                        help="with --condor real: the CE's configuration, the bed's own (default) or HTCondor-CE's "
+                             "stock files with token authentication from the factory (docs/real-condor.md)")
 
 
 def _progress(stream):
@@ -95,14 +98,15 @@ def _table(bed) -> str:
 def run_real(args: argparse.Namespace, kube_server=None) -> int:
     """The demo over the real HTCondor test bed (ce_k8s.sim.realdemo); same JSON keys."""
     from ce_k8s.sim.pilots import generate
-    from ce_k8s.sim.realcondor import STATE_DIR, RealCondor, RealCondorError
+    from ce_k8s.sim.realce import real_condor
+    from ce_k8s.sim.realcondor import STATE_DIR, RealCondorError
     from ce_k8s.sim.realdemo import RealDemo
 
     def progress(msg: str) -> None:
         sys.stderr.write(f"ce-k8s demo: {msg}\n")
         sys.stderr.flush()
 
-    env = RealCondor(args.state or STATE_DIR, kube_server=kube_server)
+    env = real_condor(args.state or STATE_DIR, kube_server=kube_server, ce_config=getattr(args, "ce_config", "bed"))
     ours = False
     try:
         if not env.status().get("up"):

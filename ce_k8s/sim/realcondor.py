@@ -273,6 +273,48 @@ def _alive(pid: int | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------- configuration
+#: Authentication and authorization among the test accounts of one root (loopback only): the
+#: default bed's whole CE and the stock mode's factory host (ce_k8s.sim.realce), never its CE.
+LOCAL_TRUST = """\
+SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
+SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
+ALLOW_READ = *
+ALLOW_WRITE = *
+ALLOW_NEGOTIATOR = *
+ALLOW_ADMINISTRATOR = *
+ALLOW_DAEMON = *
+ALLOW_OWNER = *
+QUEUE_SUPER_USERS = root, condor
+"""
+
+
+def agent_and_demo_config(state: Path) -> str:
+    """The agent's files in the state directory, and the DemoScenario transform: the same on the
+    default bed and on the CE's own configuration (ce_k8s.sim.realce)."""
+    return f"""\
+CE_K8S_HOOK_DIR = {HOOK_DIR}
+CE_K8S_SOCKET = {state}/run/agent.sock
+CE_K8S_SPOOL = {state}/spool
+CE_K8S_OUTPUT_DIR = {state}/output
+CE_K8S_KUBECONFIG = {state}/kubeconfig
+CE_K8S_CE_NAME = real-condor-testbed
+CE_K8S_METRICS_ADDRESS =
+# the wrapper already appends the agent's stderr to $(LOG)/CeK8sAgentLog: no second writer
+CE_K8S_AGENT_LOG = none
+CE_K8S_GC_GRACE = 30
+CE_K8S_HOOK_TIMEOUT = 30
+# The emulator's kubelets answer the Summary API at the API server's node proxy only (docs/testbed.md).
+CE_K8S_USAGE_SOURCE = proxy
+
+# The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
+JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
+JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
+    REQUIREMENTS DemoScenario isnt undefined
+    SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
+@jrt
+"""
+
+
 def testbed_config(state: Path, poll: int, python_prefix: str) -> str:
     """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`)."""
     return f"""\
@@ -285,16 +327,7 @@ DAEMON_LIST = MASTER, COLLECTOR, SCHEDD, JOB_ROUTER, FACTORY_SCHEDD, CE_K8S_AGEN
 SCHEDD_NAME = {CE_SCHEDD}
 SPOOL = {state}/spool
 # Loopback only; every user on this root is a test account.
-SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
-SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
-ALLOW_READ = *
-ALLOW_WRITE = *
-ALLOW_NEGOTIATOR = *
-ALLOW_ADMINISTRATOR = *
-ALLOW_DAEMON = *
-ALLOW_OWNER = *
-QUEUE_SUPER_USERS = root, condor
-SCHEDD_INTERVAL = 5
+{LOCAL_TRUST}SCHEDD_INTERVAL = 5
 SCHEDD_MIN_INTERVAL = 1
 JOB_ROUTER_POLLING_PERIOD = {poll}
 JOB_ROUTER_SCHEDD1_SPOOL = $(SPOOL)
@@ -331,27 +364,7 @@ CE_K8S_INFO_CONFIG = /etc/condor/condor_config
 CE_K8S_AGENT = {HOOK_DIR}/ce-k8s-agent-testbed
 CE_K8S_AGENT_ARGS = agent --verbose --config /etc/condor/condor_config
 CE_K8S_AGENT_ENVIRONMENT = "CONDOR_CONFIG=/etc/condor/condor_config PYTHONUNBUFFERED=1"
-CE_K8S_HOOK_DIR = {HOOK_DIR}
-CE_K8S_SOCKET = {state}/run/agent.sock
-CE_K8S_SPOOL = {state}/spool
-CE_K8S_OUTPUT_DIR = {state}/output
-CE_K8S_KUBECONFIG = {state}/kubeconfig
-CE_K8S_CE_NAME = real-condor-testbed
-CE_K8S_METRICS_ADDRESS =
-# the wrapper already appends the agent's stderr to $(LOG)/CeK8sAgentLog: no second writer
-CE_K8S_AGENT_LOG = none
-CE_K8S_GC_GRACE = 30
-CE_K8S_HOOK_TIMEOUT = 30
-# The emulator's kubelets answer the Summary API at the API server's node proxy only (docs/testbed.md).
-CE_K8S_USAGE_SOURCE = proxy
-
-# The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
-JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
-JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
-    REQUIREMENTS DemoScenario isnt undefined
-    SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
-@jrt
-
+{agent_and_demo_config(state)}
 # A batch route next to ours, as on a mixed CE (HTCondor-CE's own Slurm route shape). It takes
 # only jobs that ask for it, and it is tried first.
 JOB_ROUTER_ROUTE_Slurm_Cluster @=jrt
@@ -438,6 +451,16 @@ class RealCondor:
     def factory_name(self) -> str:
         return f"{FACTORY_SCHEDD}@{os.uname().nodename}"
 
+    @property
+    def grid_resource(self) -> str:
+        """What the factory's grid jobs name: `condor <CE schedd> <CE collector>`."""
+        return f"condor {self.ce_name} 127.0.0.1:{COLLECTOR_PORT}"
+
+    def condor_config_for(self, args: list[str]) -> str:
+        """The CONDOR_CONFIG a command in the root runs with (one configuration here; the CE's own
+        configuration mode, ce_k8s.sim.realce, has two hosts' worth)."""
+        return "/etc/condor/condor_config"
+
     def log_path(self, name: str) -> Path:
         """A daemon log of the root (`SchedLog`, `JobRouterLog`, `GridmanagerLog.<owner>`, ...)."""
         return self.root / "var/log/condor" / name
@@ -453,7 +476,7 @@ class RealCondor:
         if cwd:
             cmd += ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd]
         cmd += args
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CONDOR_CONFIG": "/etc/condor/condor_config",
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CONDOR_CONFIG": self.condor_config_for(args),
                "LANG": "C", "HOME": f"/home/{user}" if user else "/root"}
         proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
                               env=env, check=False)

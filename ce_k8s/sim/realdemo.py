@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ce_k8s.sim.pilots import Pilot
-from ce_k8s.sim.realcondor import COLLECTOR_PORT, RealCondor
+from ce_k8s.sim.realcondor import RealCondor
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class RealDemo:
                  f"request_cpus = {first.ad.get('RequestCpus', 1)}",
                  f"request_memory = {first.ad.get('RequestMemory', 2048)}"]
         if self.factory:
-            lines = ["universe = grid", f"grid_resource = condor {self.env.ce_name} 127.0.0.1:{COLLECTOR_PORT}",
+            lines = ["universe = grid", f"grid_resource = {self.env.grid_resource}",
                      *lines]
         else:
             lines = ["universe = vanilla", *lines]
