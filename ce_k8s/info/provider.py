@@ -14,6 +14,10 @@ Why each output rule (the schedd side is `CronJobOut::Output` + `ClassAdCronJob:
   so no terminator is printed;
 * the schedd *replaces* our ad with each run's output, and keeps the old one when a run prints
   nothing; so every run prints at least the health attributes, even when everything failed;
+* but it merges that ad into its own, where an attribute a later run leaves out keeps its old
+  value: on the real 25.14 schedd (`--ce-config stock`, docs/real-condor.md) the first run's
+  "agent unreachable" (the agent was not up yet) stayed in the ad of an OK CE. So every run
+  prints `K8sInfoError`, empty when nothing is wrong;
 * the cron ad is published after `SCHEDD_ATTRS`, so it would override the CE's own health
   expressions (`05-ce-health-defaults.conf`). `IsOK`/`IsWarning`/`IsCritical`/`Status` are
   therefore printed as expressions that keep the CE's duty-cycle and file-transfer checks and add
@@ -271,8 +275,7 @@ def build_ad(cfg: CondorConfig, settings: Settings, specs: list[EntrySpec], snap
     attrs["OSG_ResourceCatalog"] = sorted(entries, key=lambda e: str(e["Name"]))
     attrs["K8sInfoSource"] = source
     attrs["K8sInfoStatus"] = health.status
-    if health.problems:
-        attrs["K8sInfoError"] = _clean("; ".join(health.problems), 1000)
+    attrs["K8sInfoError"] = _clean("; ".join(health.problems), 1000)   # "" clears an older one
     attrs.update(_health_exprs(cfg))
     return attrs
 

@@ -180,3 +180,8 @@ def test_the_ce_collector_has_the_catalog_osg_autoconf_reads(env):
     assert entries["GPU_Pilots"]["gpus"] and entries["CMS_Pilots"]["vos"] == ["cms"]
     text = _ce(env, "condor_ce_status", "-schedd", "-l")
     assert "OSG_ResourceCatalog = {" in text and "IsPilotEntry = true" in text
+    # the schedd keeps an attribute a later run leaves out: an error of a run before the agent was
+    # up must be cleared by the next run's K8sInfoError = "" (ce_k8s/info/provider.py)
+    _wait(lambda: (ad() or {}).get("K8sInfoError") == "", timeout=60, poll=2, what="K8sInfoError cleared")
+    assert ad()["K8sInfoStatus"] == "OK"
+    assert _ce(env, "condor_ce_status", "-schedd", "-af", "Status").split() == ["OK"]   # the CE's health
