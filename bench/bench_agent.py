@@ -154,17 +154,18 @@ class WarmAgent:
         self.templates: list[tuple[str, str, dict]] = []   # (shape, routed ad text, pod)
         self.ads: list[bytes] = []                          # one update-hook stdin per clone
         self.relist_s = 0.0
+        self.preload_s = 0.0
 
     # -- set-up ------------------------------------------------------------------------------------
     def start(self) -> WarmAgent:
         from ce_k8s.sim.router_testbed import TestBed
 
-        progress(f"agent bench: starting the test bed (emulator, kubelet sim, agent, router), {self.target} pods")
-        self.bed = _timed_testbed(TestBed)(time_scale=0.05, seed=self.seed, max_running_hooks=8)
+        progress(f"agent bench: starting the test bed ({self.kube_label}, agent, router), {self.target} pods")
+        self.bed = self._new_bed(_timed_testbed(TestBed))
         self.bed.start()
         self._route_templates()
         self.bed.stop_agent()
-        self.bed.server.call(self.bed.server.kubelet.stop)
+        self._hold_still()
         # The clones are millions of long-lived dicts and lists: without this, the cyclic GC walks
         # the growing store over and over while it fills (most of the set-up time at 50,000).
         gc.disable()
@@ -184,6 +185,42 @@ class WarmAgent:
         self.relist_s = time.perf_counter() - t0
         progress(f"agent bench: agent ready after {self.relist_s:.1f} s (pid {self.agent_pid})")
         return self
+
+    # -- what differs on another Kubernetes (bench/bench_real_kube.py overrides these) ----------------
+    kube_label = "emulator, kubelet sim"
+
+    def _new_bed(self, bed_class):
+        return bed_class(time_scale=0.05, seed=self.seed, max_running_hooks=8)
+
+    def _hold_still(self) -> None:
+        """Nothing moves from now on: the kubelet sim stops."""
+        self.bed.server.call(self.bed.server.kubelet.stop)
+
+    def _template_pod(self, ns: str, name: str) -> dict | None:
+        return self.bed.server.store.get("pods", ns, name)
+
+    def _put(self, pods: list[dict]) -> None:
+        """Store `pods` (the last len(pods) of self.ads are their ads): direct store writes."""
+        store = self.bed.server.store
+
+        def put_all(objs: list[dict]) -> None:
+            for obj in objs:
+                store.put("pods", obj, "ADDED")
+
+        self.bed.server.call(put_all, pods, timeout=120)
+
+    def _stored(self) -> int:
+        return self.bed.server.store.count("pods")
+
+    def cut(self) -> int:
+        """Compact the pods' history and end the open watches; how many watches ended."""
+        store = self.bed.server.store
+
+        def cut() -> int:
+            store.compact("pods")
+            return store.end_watches("pods")
+
+        return self.bed.server.call(cut)
 
     def close(self) -> None:
         if self.bed is not None:
@@ -226,7 +263,7 @@ class WarmAgent:
             ad = bed.schedd.get(rj.dest_key)
             name = eval_str(ad, "K8sPodName")
             ns = eval_str(ad, "K8sPodNamespace")
-            pod = bed.server.store.get("pods", ns, name)
+            pod = self._template_pod(ns, name)
             if pod is None:
                 raise BenchError(f"template pod {ns}/{name} vanished")
             self.templates.append((pilot.shape, wire.sprint_ad(ad), pod))
@@ -269,25 +306,20 @@ class WarmAgent:
         self._template_json = [(s, t, json.dumps(p)) for s, t, p in self.templates]
         weights = [w for _s, w in SHAPES]
         picks = random.choices(range(len(self.templates)), weights, k=self.target)
-        store = self.bed.server.store
         t0 = time.perf_counter()
         batch: list[dict] = []
-
-        def put_all(objs: list[dict]) -> None:
-            for obj in objs:
-                store.put("pods", obj, "ADDED")
-
         for i, shape_index in enumerate(picks):
             pod, text = self._clone(i, shape_index)
             batch.append(pod)
             self.ads.append(text)
             if len(batch) >= 2000:
-                self.bed.server.call(put_all, batch, timeout=120)
+                self._put(batch)
                 batch = []
         if batch:
-            self.bed.server.call(put_all, batch, timeout=120)
-        progress(f"agent bench: stored {len(picks)} cloned pods in {time.perf_counter() - t0:.1f} s "
-                 f"(store holds {store.count('pods')} pods)")
+            self._put(batch)
+        self.preload_s = time.perf_counter() - t0
+        progress(f"agent bench: stored {len(picks)} cloned pods in {self.preload_s:.1f} s "
+                 f"(store holds {self._stored()} pods)")
 
     def handler_timings(self, timeout: float = 30.0) -> list[float]:
         """Update-handler durations the agent recorded since the last call (see agent_timed.py)."""
@@ -429,14 +461,8 @@ def relist_after_gone(warm: WarmAgent, timeout: float = 120.0) -> dict[str, floa
     """
     relists_path = Path(str(warm.bed.timings_path) + ".relists")
     before = len(json.loads(relists_path.read_text())) if relists_path.exists() else 0
-    store = warm.bed.server.store
-
-    def cut() -> int:
-        store.compact("pods")
-        return store.end_watches("pods")
-
     t0 = time.monotonic()
-    ended = warm.bed.server.call(cut)
+    ended = warm.cut()
     deadline = t0 + timeout
     while True:
         done = json.loads(relists_path.read_text()) if relists_path.exists() else []
@@ -451,7 +477,7 @@ def relist_after_gone(warm: WarmAgent, timeout: float = 120.0) -> dict[str, floa
     took = last["end"] - t0
     progress(f"agent bench: {ended} watch(es) ended on a compacted history; relisted {last['pods']} pods "
              f"{took:.2f} s after the cut (LIST itself {last['end'] - last['start']:.2f} s)")
-    return {"agent_relist_410_s": round(took, 2)}
+    return {"agent_relist_410_s": round(took, 2), "agent_relist_410_list_s": round(last["end"] - last["start"], 2)}
 
 
 def run(pods: int, hook_n: int, rounds: int, steady_pairs: int = 0, poll_jobs: int = 0) -> dict[str, float]:

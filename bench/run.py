@@ -1,6 +1,6 @@
 """Run every ce-k8s benchmark and print one JSON object (issue 7; figures in docs/performance.md).
 
-    python bench/run.py [--quick] [--burst] [--json] [--only NAME ...]
+    python bench/run.py [--quick] [--burst] [--real-kube] [--json] [--only NAME ...]
 
 Run it with the project's venv python (`.venv/bin/python bench/run.py`): the reference figure
 `python_bare_ms_p50` is a `python -S -c pass` of the same interpreter.
@@ -28,6 +28,8 @@ Benchmarks (each in its own process, so one's threads, GIL and memory do not col
 | info     | bench/bench_info.py       | info_ms (5,000 nodes, 100,000 pods)                            |
 | route    | bench/bench_route.py      | route_ms_{default,stock_ce,stock_ce_nocmd}_p50/_p90 and their  |
 |          |                           | ratios to a bare start: `ce-k8s route` on one pilot            |
+| real-kube| bench/bench_real_kube.py  | real_kube_*: the agent at 20,000 pods and the pipeline on the  |
+|          |                           | real kube-apiserver + kwok beside the emulator (--real-kube)   |
 
 `--quick` keeps the CE-scale sizes where they define the figure (20,000 pods, the 5,000-node
 dump), runs the full run's pipeline (1,800 pilots fed at depth 500, so its pipeline figures are
@@ -84,7 +86,7 @@ TARGETS = (
 )
 
 
-def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
+def plan(quick: bool, burst: bool = False, real_kube: bool = False) -> dict[str, list[str]]:
     """Arguments for each benchmark script, from --quick, --burst and CE_K8S_BENCH_SCALE.
 
     The quick run runs the very pipeline of the full run (1,800 pilots fed at depth 500: long
@@ -110,6 +112,9 @@ def plan(quick: bool, burst: bool = False) -> dict[str, list[str]]:
         steps["herd"] = ["--jobs", str(scaled(20_000, 20))]
     if burst:        # the same pilots handed over in one burst: figures prefixed burst_
         steps["pipeline-burst"] = ["--pilots", str(scaled(1800, 10)), "--depth", "0"]
+    if real_kube:    # the real control plane beside the emulator (minutes): figures prefixed real_kube_
+        steps["real-kube"] = ["--pods", str(scaled(20_000, 20)), "--pilots", str(scaled(200, 10)),
+                              "--hook-samples", str(scaled(50, 5))]
     return steps
 
 
@@ -131,8 +136,9 @@ def herd_formula(figures: dict[str, float]) -> dict[str, float]:
 
 SCRIPTS = {"agent": "bench_agent.py", "agent-50k": "bench_agent.py", "agent-5k": "bench_agent.py",
            "herd": "bench_herd.py", "pipeline": "bench_pipeline.py",
-           "pipeline-burst": "bench_pipeline.py", "info": "bench_info.py", "route": "bench_route.py"}
-PREFIX = {"pipeline-burst": "burst_"}
+           "pipeline-burst": "bench_pipeline.py", "info": "bench_info.py", "route": "bench_route.py",
+           "real-kube": "bench_real_kube.py"}
+PREFIX = {"pipeline-burst": "burst_", "real-kube": "real_kube_"}
 # Figures renamed rather than prefixed: the 50,000-pod agent run keeps only what its size adds.
 RENAME = {"agent-50k": {"agent_relist_s": "agent_relist_50k_s", "agent_relist_410_s": "agent_relist_410_50k_s",
                         "agent_rss_mb": "agent_rss_50k_mb", "agent_rss_peak_mb": "agent_rss_peak_50k_mb",
@@ -189,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fewer samples, no 50,000/5,000-pod agent runs, no herd: under 2 minutes")
     ap.add_argument("--burst", action="store_true",
                     help="also the pipeline with every pilot handed over at once (figures prefixed burst_)")
+    ap.add_argument("--real-kube", action="store_true",
+                    help="also bench/bench_real_kube.py: the agent and the pipeline on the real control plane "
+                         "(its own bed; about 10 minutes; figures prefixed real_kube_)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object (default: JSON + a summary)")
     ap.add_argument("--only", nargs="+", choices=sorted(SCRIPTS), help="run only these benchmarks")
     a = ap.parse_args(argv)
@@ -197,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, float] = {"bench_scale": scale(), "bench_quick": int(a.quick), "cores": cores(),
                                  "loadavg_1min_start": round(os.getloadavg()[0], 2)}
     failed = []
-    for name, args in plan(a.quick, a.burst).items():
+    for name, args in plan(a.quick, a.burst, a.real_kube or "real-kube" in (a.only or ())).items():
         if a.only and name not in a.only:
             continue
         try:

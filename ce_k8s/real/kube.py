@@ -416,13 +416,17 @@ class RealKube:
         return self._get(f"{st.server}/readyz", ctx, token=token)[0] == 200
 
     # ------------------------------------------------------------------ restarts (tests)
-    def restart(self, name: str, progress: Callable[[str], None] = print) -> None:
-        """Stop one component (SIGTERM, then SIGKILL) and start it again with the same arguments."""
+    def restart(self, name: str, progress: Callable[[str], None] = print,
+                while_stopped: Callable[[], None] | None = None) -> None:
+        """Stop one component (SIGTERM, then SIGKILL) and start it again with the same arguments;
+        `while_stopped` runs in between (bench/bench_real_kube.py compacts etcd there)."""
         st = self.state()
         if st is None or name not in st.pids:
             raise RealKubeError(f"{name} is not running in this bed")
         argv = Path(f"/proc/{st.pids[name]}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         self.stop_process(name)
+        if while_stopped is not None:
+            while_stopped()
         st.pids[name] = self._start(name, [a.decode() for a in argv])
         st.save(self.state_file)
         if name == "etcd":
