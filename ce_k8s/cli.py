@@ -22,7 +22,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("info",), "ce_k8s.info.provider", "print the schedd cron output advertising cluster capacity"),
     (("demo",), "ce_k8s.real.cli_demo", "run pilots through the whole path (emulated, or real Kubernetes)"),
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),
-    (("testbed", "real-condor"), "ce_k8s.sim.cli_realcondor", "a real HTCondor 25 or 23.9 (up/down/status)"),
+    (("testbed", "real-condor"), "ce_k8s.real.cli_realcondor", "a real HTCondor 25 or 23.9 (up/down/status)"),
     (("testbed", "real-kube"), "ce_k8s.real.cli_realkube",
      "a real Kubernetes control plane with kwok nodes (build/up/down/status)"),
     (("status",), "ce_k8s.ops.status", "list routed pilots with their pods"),

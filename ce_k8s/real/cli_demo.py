@@ -6,7 +6,8 @@ With `--kube real` the pilots' pods go to the real kube-apiserver of `ce-k8s tes
 (brought up here, and down again, when it is not up): admission, scheduling, the Eviction API and
 garbage collection are the real ones, kwok plays each pod's scenario, and the agent holds only its
 ServiceAccount's rights. Everything else is as `ce-k8s demo` (docs/demo.md); the JSON has the same
-keys. This module owns the choice so that the emulator room never imports the real one.
+keys. This module owns the choice, and the real-HTCondor run, so that the emulator room never imports
+the real one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ce_k8s.sim import demo
 
     if args.kube == "emulated":
-        return demo.run(args)
+        return run_real(args) if args.condor == "real" else demo.run(args)
     if args.api_fault_rate:
         sys.stderr.write("ce-k8s demo: --api-fault-rate needs the emulator; a real API server injects no faults\n")
         return 2
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if args.condor == "real":
             server.start_tracking()
             try:
-                return demo.run_real(args, kube_server=server)
+                return run_real(args, kube_server=server)
             finally:
                 server.stop()
         return demo.run(args, kube_server=server)
@@ -67,3 +68,47 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if ours:
             env.down(progress=progress)
+
+
+def run_real(args: argparse.Namespace, kube_server=None) -> int:
+    """The demo over the real HTCondor test bed (ce_k8s.real.condordemo); same JSON keys as the emulated one."""
+    import json
+
+    from ce_k8s.real.condor import STATE_DIR, RealCondorError
+    from ce_k8s.real.condordemo import RealDemo
+    from ce_k8s.real.stockce import real_condor
+    from ce_k8s.sim.pilots import generate
+
+    def progress(msg: str) -> None:
+        sys.stderr.write(f"ce-k8s demo: {msg}\n")
+        sys.stderr.flush()
+
+    env = real_condor(args.state or STATE_DIR, kube_server=kube_server, ce_config=getattr(args, "ce_config", "bed"))
+    ours = False
+    try:
+        if not env.status().get("up"):
+            env.up(progress=progress)
+            ours = True
+        # On a real control plane the run always includes an agent restart (issue 25: the whole
+        # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
+        demo = RealDemo(env, factory=args.factory, restart_agent=args.restart_agent or kube_server is not None)
+        pilots = generate(args.pilots, seed=args.seed, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
+        demo.submit(pilots)
+        where = "from the factory over HTCondor-C" if args.factory else "to the CE"
+        progress(f"{len(pilots)} pilots submitted {where}")
+        demo.run(timeout=args.timeout, progress=progress)
+        summary = demo.summary(demo.drain(timeout=min(120.0, args.timeout)))
+    except RealCondorError as exc:
+        sys.stderr.write(f"ce-k8s demo --condor real: {exc}\n")
+        return 2
+    finally:
+        if ours:
+            env.down(progress=progress)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        for key, value in sorted(summary.items()):
+            print(f"{key}: {value}")
+    ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
+          and summary["secrets_left"] == 0)
+    return 0 if ok else 1

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ce_k8s.real import kubebuild, kwokstages
-from ce_k8s.sim.realcondor import _alive
+from ce_k8s.real.condor import _alive
 
 log = logging.getLogger(__name__)
 

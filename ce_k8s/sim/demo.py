@@ -95,54 +95,13 @@ def _table(bed) -> str:
     return "\n".join(lines)
 
 
-def run_real(args: argparse.Namespace, kube_server=None) -> int:
-    """The demo over the real HTCondor test bed (ce_k8s.sim.realdemo); same JSON keys."""
-    from ce_k8s.sim.pilots import generate
-    from ce_k8s.sim.realce import real_condor
-    from ce_k8s.sim.realcondor import STATE_DIR, RealCondorError
-    from ce_k8s.sim.realdemo import RealDemo
-
-    def progress(msg: str) -> None:
-        sys.stderr.write(f"ce-k8s demo: {msg}\n")
-        sys.stderr.flush()
-
-    env = real_condor(args.state or STATE_DIR, kube_server=kube_server, ce_config=getattr(args, "ce_config", "bed"))
-    ours = False
-    try:
-        if not env.status().get("up"):
-            env.up(progress=progress)
-            ours = True
-        # On a real control plane the run always includes an agent restart (issue 25: the whole
-        # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
-        demo = RealDemo(env, factory=args.factory, restart_agent=args.restart_agent or kube_server is not None)
-        pilots = generate(args.pilots, seed=args.seed, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
-        demo.submit(pilots)
-        where = "from the factory over HTCondor-C" if args.factory else "to the CE"
-        progress(f"{len(pilots)} pilots submitted {where}")
-        demo.run(timeout=args.timeout, progress=progress)
-        summary = demo.summary(demo.drain(timeout=min(120.0, args.timeout)))
-    except RealCondorError as exc:
-        sys.stderr.write(f"ce-k8s demo --condor real: {exc}\n")
-        return 2
-    finally:
-        if ours:
-            env.down(progress=progress)
-    if args.json:
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        for key, value in sorted(summary.items()):
-            print(f"{key}: {value}")
-    ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
-          and summary["secrets_left"] == 0)
-    return 0 if ok else 1
-
-
 def run(args: argparse.Namespace, kube_server=None) -> int:
     """The demo; `kube_server` is a real control plane's adapter (ce_k8s.real.cli_demo), else the emulator."""
     import logging
 
-    if args.condor == "real":
-        return run_real(args)
+    if args.condor == "real":       # ce_k8s.real.cli_demo runs the real HTCondor; it never comes here
+        sys.stderr.write("ce-k8s demo: --condor real is run by ce_k8s.real.cli_demo\n")
+        return 2
     if args.factory:
         sys.stderr.write("ce-k8s demo: --factory needs --condor real\n")
         return 2

@@ -53,7 +53,7 @@ CE_K8S_CE_NAME = demo-ce.example.org
 CE_K8S_GC_GRACE = 30
 # The emulated schedd lives in the test bed's process, where the agent's source probe (htcondor2)
 # cannot ask it; every interrupted cleanup is then "unknown" and the pod is released, so a short
-# grace keeps condor_rm prompt here. The real-HTCondor bed (realcondor.py) asks the real schedd.
+# grace keeps condor_rm prompt here. The real-HTCondor bed (ce_k8s/real/condor.py) asks the real schedd.
 CE_K8S_RELEASE_GRACE = 3
 MAX_JOB_MIRROR_UPDATE_LAG = {mirror_lag}
 # The emulator's kubelets answer the Summary API at the API server's node proxy only, so the demo's

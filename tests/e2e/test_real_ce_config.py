@@ -1,4 +1,4 @@
-"""HTCondor-CE's own configuration on the real HTCondor 25 daemons (`--ce-config stock`, ce_k8s.sim.realce).
+"""HTCondor-CE's own configuration on the real HTCondor 25 daemons (`--ce-config stock`, ce_k8s.real.stockce).
 
 Issue 26, items 2-4: the CE is HTCondor-CE's stock files (tests/fixtures/stock_ce, unedited) plus
 what `ce-k8s install` writes, on HTCondor-CE's port 9619; the factory is a separate schedd that
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from test_real_condor import _wait  # the same waiting loop (pytest puts tests/e2e on sys.path)
 
+from ce_k8s.real.condor import COLLECTOR_PORT, RealCondorError, _processes_in
+from ce_k8s.real.condordemo import RealDemo
+from ce_k8s.real.stockce import CE_PORT, FACTORY_ACCOUNT, PILOT_ACCOUNT, UID_DOMAIN, StockCE, stock_tree
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.realce import CE_PORT, FACTORY_ACCOUNT, PILOT_ACCOUNT, UID_DOMAIN, StockCE, stock_tree
-from ce_k8s.sim.realcondor import COLLECTOR_PORT, RealCondorError, _processes_in
-from ce_k8s.sim.realdemo import RealDemo
 
 pytestmark = pytest.mark.slow
 

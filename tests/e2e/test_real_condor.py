@@ -1,4 +1,4 @@
-"""The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.sim.realcondor).
+"""The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.real.condor).
 
 One environment per HTCondor version (`ce-k8s testbed real-condor up --htcondor 25|23`, torn down
 before the next): every test runs on 25 (what HTCondor-CE 25 runs and `ce-k8s route` models);
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from ce_k8s.real.condor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
+from ce_k8s.real.condordemo import RealDemo
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.realcondor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
-from ce_k8s.sim.realdemo import RealDemo
 
 pytestmark = pytest.mark.slow
 

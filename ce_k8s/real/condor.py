@@ -189,7 +189,7 @@ def build_root(path: Path | None = None, progress=print, htcondor: str = DEFAULT
     if _upstream(candidate) != f.version:
         raise RealCondorError(f"Debian's {f.suite} now has condor {candidate}, not the HTCondor {f.version} "
                               f"the test bed pins for --htcondor {f.htcondor} (VERSIONS in "
-                              "ce_k8s/sim/realcondor.py): re-run the real-HTCondor tests on the new version "
+                              "ce_k8s/real/condor.py): re-run the real-HTCondor tests on the new version "
                               "and update the pin and docs/real-condor.md")
     progress(f"apt-get install condor={candidate} python3 (in the root)")
     # sid's maintainer scripts run systemd-tmpfiles (cryptsetup-bin, a dependency of condor 25's
@@ -274,7 +274,7 @@ def _alive(pid: int | None) -> bool:
 
 # ---------------------------------------------------------------------------------- configuration
 #: Authentication and authorization among the test accounts of one root (loopback only): the
-#: default bed's whole CE and the stock mode's factory host (ce_k8s.sim.realce), never its CE.
+#: default bed's whole CE and the stock mode's factory host (ce_k8s.real.stockce), never its CE.
 LOCAL_TRUST = """\
 SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
 SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
@@ -290,7 +290,7 @@ QUEUE_SUPER_USERS = root, condor
 
 def agent_and_demo_config(state: Path) -> str:
     """The agent's files in the state directory, and the DemoScenario transform: the same on the
-    default bed and on the CE's own configuration (ce_k8s.sim.realce)."""
+    default bed and on the CE's own configuration (ce_k8s.real.stockce)."""
     return f"""\
 CE_K8S_HOOK_DIR = {HOOK_DIR}
 CE_K8S_SOCKET = {state}/run/agent.sock
@@ -318,7 +318,7 @@ JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
 def testbed_config(state: Path, poll: int, python_prefix: str) -> str:
     """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`)."""
     return f"""\
-# ce-k8s real-HTCondor test bed (ce_k8s/sim/realcondor.py; docs/real-condor.md).
+# ce-k8s real-HTCondor test bed (ce_k8s/real/condor.py; docs/real-condor.md).
 CONDOR_HOST = 127.0.0.1
 NETWORK_INTERFACE = 127.0.0.1
 USE_SHARED_PORT = False
@@ -458,7 +458,7 @@ class RealCondor:
 
     def condor_config_for(self, args: list[str]) -> str:
         """The CONDOR_CONFIG a command in the root runs with (one configuration here; the CE's own
-        configuration mode, ce_k8s.sim.realce, has two hosts' worth)."""
+        configuration mode, ce_k8s.real.stockce, has two hosts' worth)."""
         return "/etc/condor/condor_config"
 
     def log_path(self, name: str) -> Path:

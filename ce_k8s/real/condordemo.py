@@ -26,8 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ce_k8s.real.condor import RealCondor
 from ce_k8s.sim.pilots import Pilot
-from ce_k8s.sim.realcondor import RealCondor
 
 log = logging.getLogger(__name__)
 

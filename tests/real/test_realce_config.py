@@ -1,4 +1,4 @@
-"""What `--ce-config stock` (ce_k8s.sim.realce) writes, checked without root or daemons.
+"""What `--ce-config stock` (ce_k8s.real.stockce) writes, checked without root or daemons.
 
 The daemons' side is tests/e2e/test_real_ce_config.py; these pin the choices that make it an OSG
 CE and not a test configuration: no FS/CLAIMTOBE trust on the CE, TOKEN only from the factory's
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.sim.realce import (
+from ce_k8s.real.condor import RealCondor, RealCondorError
+from ce_k8s.real.stockce import (
     CE_CONDOR_CONFIG,
     FACTORY_CONDOR_CONFIG,
     StockCE,
@@ -20,7 +21,6 @@ from ce_k8s.sim.realce import (
     real_condor,
     stock_tree,
 )
-from ce_k8s.sim.realcondor import RealCondor, RealCondorError
 
 STOCK = Path(__file__).resolve().parents[1] / "fixtures" / "stock_ce"
 

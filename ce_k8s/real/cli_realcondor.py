@@ -1,4 +1,4 @@
-"""`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.sim.realcondor).
+"""`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.real.condor).
 
     ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config bed|stock] [--poll S] [--nodes SPEC]
                                   [--state DIR] [--root DIR]
@@ -20,7 +20,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ce_k8s.sim.realcondor import DEFAULT_HTCONDOR, DEFAULT_NODES, STATE_DIR, VERSIONS, default_root
+    from ce_k8s.real.condor import DEFAULT_HTCONDOR, DEFAULT_NODES, STATE_DIR, VERSIONS, default_root
 
     parser.add_argument("action", choices=("up", "down", "status"))
     parser.add_argument("--htcondor", choices=tuple(VERSIONS), default=DEFAULT_HTCONDOR,
@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ce_k8s.sim.realce import real_condor
-    from ce_k8s.sim.realcondor import RealCondorError
+    from ce_k8s.real.condor import RealCondorError
+    from ce_k8s.real.stockce import real_condor
 
     def progress(msg: str) -> None:
         sys.stderr.write(f"ce-k8s testbed: {msg}\n")

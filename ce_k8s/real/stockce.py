@@ -2,7 +2,7 @@
 
     ce-k8s testbed real-condor up --ce-config stock [--state DIR]
 
-The default bed (ce_k8s.sim.realcondor) runs one condor_master with a test configuration of
+The default bed (ce_k8s.real.condor) runs one condor_master with a test configuration of
 ours. This mode runs the real HTCondor 25 daemons the way an OSG CE does, on two "hosts" in the
 one root:
 
@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from ce_k8s.sim.realcondor import (
+from ce_k8s.real.condor import (
     ACCOUNTS,
     CE_SCHEDD,
     COLLECTOR_PORT,
@@ -94,7 +94,7 @@ def stock_tree(tree: Path | str | None = None) -> Path:
 def ce_testbed_config(state: Path, poll: int, python_prefix: str) -> str:
     """The site file the bed adds after HTCondor-CE's and ce-k8s's (`99-`: read last)."""
     return f"""\
-# ce-k8s real-HTCondor test bed, --ce-config stock (ce_k8s/sim/realce.py; docs/real-condor.md).
+# ce-k8s real-HTCondor test bed, --ce-config stock (ce_k8s/real/stockce.py; docs/real-condor.md).
 # Everything else in this directory and in /usr/share/condor-ce/config.d is HTCondor-CE's
 # stock configuration or what `ce-k8s install` writes. Each line here says why it is needed.
 
@@ -136,7 +136,7 @@ CE_K8S_AGENT_ENVIRONMENT = "CONDOR_CONFIG={CE_CONDOR_CONFIG} PYTHONUNBUFFERED=1"
 def factory_config(state: Path) -> str:
     """The factory host's layer over Debian's /etc/condor (a GlideinWMS factory's schedd)."""
     return f"""\
-# ce-k8s real-HTCondor test bed, --ce-config stock: the factory host (ce_k8s/sim/realce.py).
+# ce-k8s real-HTCondor test bed, --ce-config stock: the factory host (ce_k8s/real/stockce.py).
 CONDOR_HOST = 127.0.0.1
 NETWORK_INTERFACE = 127.0.0.1
 USE_SHARED_PORT = False
@@ -359,7 +359,7 @@ class StockCE(RealCondor):
 def real_condor(state_dir, root=None, htcondor: str | None = None, kube_server=None,
                 ce_config: str = "bed") -> RealCondor:
     """The bed of `ce_config`: ``bed`` (the test configuration, the default) or ``stock`` (HTCondor-CE's own)."""
-    from ce_k8s.sim.realcondor import DEFAULT_HTCONDOR
+    from ce_k8s.real.condor import DEFAULT_HTCONDOR
 
     if ce_config not in CE_CONFIGS:
         raise RealCondorError(f"--ce-config {ce_config!r}: choose one of {', '.join(CE_CONFIGS)}")
