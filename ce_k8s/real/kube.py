@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 STATE_DIR = Path(os.environ.get("CE_K8S_REAL_KUBE_STATE", "/var/tmp/ce-k8s-real-kube"))  # noqa: S108
 REPO = Path(__file__).resolve().parents[2]
 BASE_MANIFESTS = REPO / "containers" / "k8s" / "base"
-# The demo's pools (ce_k8s.sim.realcondor.DEFAULT_NODES): CPU, GPU with its taint, whole-node.
+# The demo's pools (ce_k8s.real.condor.DEFAULT_NODES): CPU, GPU with its taint, whole-node.
 DEFAULT_NODES = ("cpu:8x64c256g,"
                  "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
                  "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
