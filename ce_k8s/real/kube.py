@@ -54,7 +54,17 @@ log = logging.getLogger(__name__)
 
 STATE_DIR = Path(os.environ.get("CE_K8S_REAL_KUBE_STATE", "/var/tmp/ce-k8s-real-kube"))  # noqa: S108
 REPO = Path(__file__).resolve().parents[2]
-BASE_MANIFESTS = REPO / "containers" / "k8s" / "base"
+
+
+def base_manifests() -> Path:
+    """The shipped `containers/k8s/base`: from the source tree, else as installed in sys.prefix/share."""
+    tree = REPO / "containers" / "k8s" / "base"
+    if (REPO / "pyproject.toml").is_file() and tree.is_dir():
+        return tree
+    return Path(sys.prefix) / "share" / "ce-k8s" / "containers" / "k8s" / "base"
+
+
+BASE_MANIFESTS = base_manifests()
 # The demo's pools (ce_k8s.real.condor.DEFAULT_NODES): CPU, GPU with its taint, whole-node.
 DEFAULT_NODES = ("cpu:8x64c256g,"
                  "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
