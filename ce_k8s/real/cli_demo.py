@@ -83,7 +83,8 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         sys.stderr.write(f"ce-k8s demo: {msg}\n")
         sys.stderr.flush()
 
-    env = real_condor(args.state or STATE_DIR, kube_server=kube_server, ce_config=getattr(args, "ce_config", "bed"))
+    env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
+                      ce_config=getattr(args, "ce_config", "bed"))
     ours = False
     try:
         if not env.status().get("up"):
