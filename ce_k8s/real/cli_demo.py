@@ -83,10 +83,10 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         sys.stderr.write(f"ce-k8s demo: {msg}\n")
         sys.stderr.flush()
 
-    env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
-                      ce_config=getattr(args, "ce_config", "bed"))
     ours = False
     try:
+        env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
+                          ce_config=getattr(args, "ce_config", "bed"))
         if not env.status().get("up"):
             env.up(progress=progress)
             ours = True
