@@ -27,16 +27,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ce_k8s.agent.accounting import UsageCollector
-from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.podinfo import PodInfo
-from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor.wire import parse_old_ads
 from ce_k8s.real import kwokstages
-from ce_k8s.settings import Settings
 
 from . import test_findings
-from .conftest import wait_for
-from .test_findings import CE, _ad, restricted_pod
+from .conftest import running_agent, wait_for
+from .test_findings import _ad, restricted_pod
 
 # test_findings' fixtures: the admin client, and a fresh pilot namespace with the shipped Role.
 core = test_findings.core
@@ -152,24 +149,17 @@ def _rfc3339(t: int | None) -> str:
 def kubelet_agent(real_kube, namespace):
     """The agent on its own kubeconfig, reading usage from the kubelets (the default source) with
     the bed's kubelet certificate as CE_K8S_KUBELET_CA, and writing APEL history files."""
-    from kubernetes.config import new_client_from_config
-
     root = Path(tempfile.mkdtemp(prefix="ce-k8s-real-acct-", dir="/tmp"))
     root.chmod(0o755)
     make_spool(root)
     hist = root / "history"
     hist.mkdir()
-    settings = Settings(ce_name=CE, namespace=namespace, spool=str(root / "spool"), socket=str(root / "agent.sock"),
-                        qps=100.0, burst=100, create_concurrency=2, gc_grace=3600, image_pull_timeout=0,
-                        per_job_history_dir=str(hist), usage_interval=0.3, usage_source="kubelet",
-                        kubelet_ca=kubelet_ca(real_kube))
-    api = new_client_from_config(config_file=str(real_kube.kubeconfig))
-    agent = Agent(settings, api, request_timeout=10.0, watch_timeout=10, source_probe=FixedProbe(GONE))
-    agent.start()
-    yield agent, settings, hist
-    agent.stop()
-    api.close()
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        with running_agent(real_kube, namespace, root=root, per_job_history_dir=str(hist), usage_interval=0.3,
+                           usage_source="kubelet", kubelet_ca=kubelet_ca(real_kube)) as (agent, settings, _root):
+            yield agent, settings, hist
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_pilot_s_cpu_after_its_exit_is_the_last_sample_a_lower_bound(real_kube, kubelet_agent, agent_client, core,

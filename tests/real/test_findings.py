@@ -10,31 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import classad2
 import pytest
-from agent.conftest import make_spool, routed_ad, text_of
+from agent.conftest import routed_ad, text_of
 from agent.test_agent import update
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.podinfo import PodInfo
-from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.agent.status import completes
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import secret_name
 from ce_k8s.real import kwokstages
-from ce_k8s.settings import Settings
 
-from .conftest import wait_for
+from .conftest import running_agent, wait_for
 
 NS = "ce-k8s-pilots"
-CE = "real-kube-tests"
 IMAGE = "registry.example.org/pilot:1"
 
 
@@ -76,25 +70,11 @@ def namespace(core, real_kube, request):
 
 @pytest.fixture
 def agent_env(real_kube, namespace):
-    """(Agent on the agent's kubeconfig, Settings, spool root) for one test namespace."""
-    from kubernetes.config import new_client_from_config
-
-    root = Path(tempfile.mkdtemp(prefix="ce-k8s-real-", dir="/tmp"))
-    root.chmod(0o755)
-    make_spool(root)
-    # A CE name of its own (the pods' `ce` label): the agent watches cluster-wide, and a pod of the
-    # same job left by an earlier test in a namespace still being deleted must not look like ours.
-    settings = Settings(ce_name=f"{CE}-{namespace[-6:]}", namespace=namespace, spool=str(root / "spool"),
-                        socket=str(root / "agent.sock"),
-                        qps=100.0, burst=100, create_concurrency=2, gc_grace=3600, image_pull_timeout=0,
-                        kubelet_ca=str(real_kube.kubelet_ca))   # usage read from the stub, trusting its cert
-    api = new_client_from_config(config_file=str(real_kube.kubeconfig))
-    agent = Agent(settings, api, request_timeout=10.0, watch_timeout=10, source_probe=FixedProbe(GONE))
-    agent.start()
-    yield agent, settings, root
-    agent.stop()
-    api.close()
-    shutil.rmtree(root, ignore_errors=True)
+    """(Agent on the agent's kubeconfig, Settings, spool root) for one test namespace, reading usage
+    from the bed's kubelet stub and trusting its certificate (conftest.running_agent: a CE name of
+    its own, so a pod of the same job left by an earlier test never looks like this agent's)."""
+    with running_agent(real_kube, namespace, kubelet_ca=str(real_kube.kubelet_ca)) as env:
+        yield env
 
 
 def _ad(settings, namespace: str, **extra):
