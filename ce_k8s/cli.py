@@ -19,6 +19,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("routes", "check"), "ce_k8s.condor.cli_check", "check the route configuration"),
     (("routes", "convert"), "ce_k8s.condor.cli_convert", "convert old JOB_ROUTER_ENTRIES routes"),
     (("agent",), "ce_k8s.agent.main", "run the agent daemon that owns the Kubernetes side"),
+    (("htcjob-operator",), "ce_k8s.htcjob.operator",
+     "run the HTCJob operator: Kubernetes users' HTCondor jobs (docs/htcjob.md)"),
     (("info",), "ce_k8s.info.provider", "print the schedd cron output advertising cluster capacity"),
     (("demo",), "ce_k8s.real.cli_demo", "run pilots through the whole path (emulated, or real Kubernetes)"),
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),

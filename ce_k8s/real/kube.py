@@ -382,6 +382,16 @@ class RealKube:
         path.write_text(yaml.safe_dump(conf, sort_keys=False))
         os.chmod(path, 0o600)
 
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path, duration: str = "2h") -> Path:
+        """A kubeconfig holding a TokenRequest token of ServiceAccount `namespace/name`: exactly the
+        rights a site's manifests give it (the HTCJob operator's tests run on one)."""
+        token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").stdout.strip()
+        state = self.state()
+        if state is None:
+            raise RealKubeError(f"no control plane is up in {self.state_dir}")
+        self._write_kubeconfig(Path(path), state.server, token=token, user=f"system:serviceaccount:{namespace}:{name}")
+        return Path(path)
+
     def _write_agent_kubeconfig(self, server: str) -> None:
         proc = self.kubectl("create", "token", AGENT_SA, "-n", AGENT_NAMESPACE, "--duration=48h")
         self._write_kubeconfig(self.kubeconfig, server, token=proc.stdout.strip(),

@@ -1,0 +1,317 @@
+"""`ce-k8s htcjob-operator`: one watch on HTCJobs, a keyed work queue, one worker.
+
+The shape of client-go's sample-controller: the watch only says *which* resource changed (its
+key goes into the queue); the worker reads the resource fresh and runs one reconcile pass
+(ce_k8s.htcjob.reconcile), which says when it wants to run again (the schedd does not push, so
+an active HTCJob is looked at every `--poll` seconds). A key is in the queue at most once, at its
+earliest due time. Our own status writes come back as watch events; those that change neither
+generation, finalizers nor deletion are not queued (the pass already saw that state).
+
+Why not kopf: kopf brings its own API client and keeps handler progress in annotations; here the
+state is the resource and the schedd only, each pass is idempotent and decides from both, and
+the official client talks to the API server as the rest of ce-k8s does. What kopf would add
+(a watch, a queue, retries, finalizers) is the ~150 lines below.
+
+Run exactly one replica (the Deployment says `replicas: 1`, `strategy: Recreate`): two operators
+would both be safe from double submits only as far as the uid lookup races (docs/htcjob.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import heapq
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ce_k8s.htcjob.reconcile import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Context,
+    TargetError,
+    is_settled,
+    reconcile,
+)
+from ce_k8s.htcjob.schedd import HTCondorSchedd, Schedd
+from ce_k8s.htcjob.spec import Target
+
+log = logging.getLogger(__name__)
+
+
+class WorkQueue:
+    """Keys with due times; each key at most once, at its earliest due time."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, float] = {}
+        self._cv = threading.Condition()
+
+    def add(self, key: str, delay: float = 0.0) -> None:
+        due = time.monotonic() + delay
+        with self._cv:
+            if key in self._due and self._due[key] <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._heap, (due, key))
+            self._cv.notify()
+
+    def get(self, stop: threading.Event) -> str | None:
+        with self._cv:
+            while not stop.is_set():
+                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)        # superseded by an earlier due time
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    _, key = heapq.heappop(self._heap)
+                    del self._due[key]
+                    return key
+                self._cv.wait(min(1.0, self._heap[0][0] - now) if self._heap else 1.0)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+
+class Kube:
+    """The operator's Kubernetes calls (every one is granted in containers/k8s/htcjob/rbac.yaml)."""
+
+    def __init__(self, api_client) -> None:
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                          {"status": status})
+
+    def set_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> None:
+        # resourceVersion in a merge patch makes it conditional: a 409 means someone else wrote first.
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name,
+            {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}})
+
+    def read_data(self, kind: str, namespace: str, name: str) -> dict[str, bytes]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if kind == "secret":
+                obj = self.core.read_namespaced_secret(name, namespace)
+                return {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
+            obj = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise KeyError(name) from exc
+            raise
+        data = {k: v.encode() for k, v in (obj.data or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (obj.binary_data or {}).items()})
+        return data
+
+    def put_output(self, namespace: str, name: str, owner: dict[str, Any], data: dict[str, str],
+                   binary: dict[str, str]) -> None:
+        """Create the output ConfigMap, owned by the HTCJob (deleted with it); replace our own."""
+        from kubernetes.client.exceptions import ApiException
+
+        from ce_k8s.htcjob.output import OutputError
+
+        meta = owner["metadata"]
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "ce-k8s-htcjob-operator",
+                                        "ce-k8s.io/htcjob": meta["name"]},
+                             "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "HTCJob",
+                                                  "name": meta["name"], "uid": meta["uid"],
+                                                  "controller": True}]},
+                "data": data, "binaryData": binary or None}
+        try:
+            self.core.create_namespaced_config_map(namespace, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        existing = self.core.read_namespaced_config_map(name, namespace)
+        owners = [r.uid for r in (existing.metadata.owner_references or [])]
+        if meta["uid"] not in owners:
+            raise OutputError(f"ConfigMap {namespace}/{name} exists and is not this HTCJob's; output not written")
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version
+        self.core.replace_namespaced_config_map(name, namespace, body)
+
+
+class Operator:
+    """The watch, the queue and the worker."""
+
+    def __init__(self, api_client, *, namespace: str | None, default_target: Target,
+                 default_token: str | None, work_root: Path, claims_root: Path, poll: float,
+                 upload_grace: float = 60.0, schedd_factory=None) -> None:
+        from kubernetes import client
+
+        self.kube = Kube(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.default_target = default_target
+        self.default_token = default_token
+        self.queue = WorkQueue()
+        self.stop = threading.Event()
+        self._seen: dict[str, tuple] = {}
+        self._schedds: dict[tuple, Schedd] = {}
+        # (collector, schedd name, token) → Schedd; tests hand in a fake beside the real one.
+        self.schedd_factory = schedd_factory or (
+            lambda collector, name, token: HTCondorSchedd(collector, name, token, work_root / ".tokens"))
+        self.passes = 0
+        work_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.ctx = Context(kube=self.kube, schedd_for=self.schedd_for, work_root=work_root,
+                           claims_root=claims_root, clock=time.time, poll=poll, upload_grace=upload_grace)
+
+    # ------------------------------------------------------------------ schedds
+    def schedd_for(self, target: Target, namespace: str) -> Schedd:
+        if target.remote:
+            try:
+                token = self.kube.read_data("secret", namespace, target.token_secret or "")
+            except KeyError as exc:
+                raise TargetError(f"token Secret {target.token_secret!r} not found in namespace {namespace}") from exc
+            if target.token_key not in token:
+                raise TargetError(f"token Secret {target.token_secret!r} has no key {target.token_key!r}")
+            key = (target.collector, target.schedd, token[target.token_key].decode().strip())
+        else:
+            key = (self.default_target.collector, target.schedd or self.default_target.schedd, self.default_token)
+        if key not in self._schedds:
+            self._schedds[key] = self.schedd_factory(*key)
+        return self._schedds[key]
+
+    # ------------------------------------------------------------------ watch
+    def _list_call(self, **kw):
+        if self.namespace:
+            return self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **kw)
+        return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+
+    def _note(self, obj: dict[str, Any], event: str) -> None:
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if event == "DELETED":
+            self._seen.pop(key, None)
+            return
+        fingerprint = (meta.get("uid"), meta.get("generation"), tuple(meta.get("finalizers") or ()),
+                       bool(meta.get("deletionTimestamp")))
+        if self._seen.get(key) != fingerprint:
+            self._seen[key] = fingerprint
+            if not is_settled(obj) or meta.get("deletionTimestamp"):
+                self.queue.add(key)
+
+    def watch(self) -> None:
+        """List, then watch from the list's resourceVersion; relist after a 410 or a broken stream."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        version = None
+        while not self.stop.is_set():
+            try:
+                if version is None:
+                    listed = self._list_call()
+                    for obj in listed.get("items", []):
+                        self._note(obj, "ADDED")
+                    version = listed["metadata"]["resourceVersion"]
+                    log.info("htcjob-operator: listed %d HTCJob(s)", len(listed.get("items", [])))
+                w = watch.Watch()
+                for event in w.stream(self._list_call, resource_version=version, timeout_seconds=30,
+                                      allow_watch_bookmarks=True):
+                    if self.stop.is_set():
+                        w.stop()
+                        break
+                    obj = event["object"]
+                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._note(obj, event["type"])
+            except ApiException as exc:
+                if exc.status == 410:
+                    version = None
+                    continue
+                log.warning("htcjob-operator: watch failed (%s); retrying", exc.status)
+                self.stop.wait(2)
+            except Exception as exc:     # a broken connection: resume from the last version
+                log.warning("htcjob-operator: watch interrupted (%s); resuming", exc)
+                self.stop.wait(1)
+
+    # ------------------------------------------------------------------ work
+    def work_once(self, key: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, name = key.split("/", 1)
+        try:
+            obj = self.kube.get(namespace, name)
+            if obj is None:
+                return
+            delay = reconcile(obj, self.ctx)
+        except ApiException as exc:
+            delay = 0.5 if exc.status == 409 else 5.0     # a conflict: read again at once
+            log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, delay)
+        except Exception:
+            log.exception("htcjob %s: pass failed; again in 10 s", key)
+            delay = 10.0
+        self.passes += 1
+        if delay is not None:
+            self.queue.add(key, delay)
+
+    def run(self) -> None:
+        thread = threading.Thread(target=self.watch, name="htcjob-watch", daemon=True)
+        thread.start()
+        log.info("htcjob-operator: started (namespace %s, default schedd %s in %s)", self.namespace or "all",
+                 self.default_target.schedd or "local", self.default_target.collector or "the local pool")
+        while not self.stop.is_set():
+            key = self.queue.get(self.stop)
+            if key is not None:
+                self.work_once(key)
+        thread.join(timeout=5)
+        log.info("htcjob-operator: stopped")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--kubeconfig", default=env("CE_K8S_HTCJOB_KUBECONFIG"),
+                        help="kubeconfig (default: in-cluster account, then ~/.kube/config)")
+    parser.add_argument("--namespace", default=env("CE_K8S_HTCJOB_NAMESPACE"),
+                        help="watch one namespace (default: all)")
+    parser.add_argument("--collector", default=env("CE_K8S_HTCJOB_COLLECTOR"),
+                        help="the site's collector, host[:port] (default: the local HTCondor configuration's)")
+    parser.add_argument("--schedd", default=env("CE_K8S_HTCJOB_SCHEDD"),
+                        help="the site's schedd by Name (default: the pool's local schedd)")
+    parser.add_argument("--token-file", default=env("CE_K8S_HTCJOB_TOKEN_FILE"),
+                        help="an IDTOKEN for the site's schedd (a mounted Secret)")
+    parser.add_argument("--work-dir", default=env("CE_K8S_HTCJOB_WORK_DIR", "/var/lib/ce-k8s-htcjob"),
+                        help="where inputs are staged and output is retrieved (an emptyDir)")
+    parser.add_argument("--claims-root", default=env("CE_K8S_HTCJOB_CLAIMS_ROOT", "/claims"),
+                        help="where the site mounts the PVCs output may go to, one directory per claim")
+    parser.add_argument("--poll", type=float, default=float(env("CE_K8S_HTCJOB_POLL", "10")),
+                        help="seconds between looks at an active HTCJob's jobs (default 10)")
+    parser.add_argument("--upload-grace", type=float, default=60.0,
+                        help="age after which a cluster still waiting for its input is resubmitted (s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ce_k8s.kubeclient import new_api_client
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    op = Operator(new_api_client(args.kubeconfig), namespace=args.namespace,
+                  default_target=Target(schedd=args.schedd, collector=args.collector), default_token=token,
+                  work_root=Path(args.work_dir), claims_root=Path(args.claims_root), poll=args.poll,
+                  upload_grace=args.upload_grace)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: op.stop.set())
+    op.run()
+    return 0

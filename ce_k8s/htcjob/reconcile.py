@@ -1,0 +1,313 @@
+"""One HTCJob: read the resource and the schedd, decide, then act. Level-triggered and idempotent.
+
+Every pass starts from what Kubernetes and the schedd say now, never from memory, so a pass cut
+anywhere (operator killed, API server or schedd gone) is finished by the next one:
+
+* **Submit once.** The jobs carry the resource's uid (`HTCJobUid`). Before submitting, the pass
+  asks the schedd's queue *and* history for that uid; jobs found are adopted, whatever the
+  status says. A submit whose input upload was cut (the cluster still held by the schedd for its
+  input, code 16, never started) is marked `HTCJobAbandoned`, removed, and submitted again: its
+  jobs never ran, so nothing runs twice.
+* **Finalizer first.** The finalizer is on the resource before anything is submitted, so a
+  deleted resource always gets its jobs removed.
+* **The schedd is the truth.** Counts, per-proc states, exit codes and hold reasons are read from
+  the job ads every pass (ce_k8s.htcjob.jobstate); the operator keeps nothing of its own.
+* **Output, then release.** A spooled cluster stays in the queue after it completes (HTCondor's
+  LeaveJobInQueue for spooled jobs) until its output is retrieved; the pass retrieves it, writes it
+  where the spec says, and only then lets the jobs leave the queue (`LeaveJobInQueue = false`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ce_k8s.htcjob import jobstate, output, submitdesc
+from ce_k8s.htcjob.jobstate import COMPLETED, HELD, REMOVED, SPOOLING_INPUT, set_condition
+from ce_k8s.htcjob.schedd import Schedd, ScheddUnreachable, uid_constraint
+from ce_k8s.htcjob.spec import HTCJobSpec, SpecError, Target, parse_spec
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "ce-k8s.io", "v1alpha1", "htcjobs"
+FINALIZER = "ce-k8s.io/htcjob-remove-jobs"
+TERMINAL = ("Completed", "Failed", "Invalid")
+
+
+class TargetError(RuntimeError):
+    """The spec's target cannot be used yet (its token Secret is missing, say): a condition, retried."""
+
+
+class KubeSide(Protocol):
+    """What a pass needs of Kubernetes (ce_k8s.htcjob.operator.Kube is the real one)."""
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    def set_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> None: ...
+    def read_data(self, kind: str, namespace: str, name: str) -> dict[str, bytes]: ...
+    def put_output(self, namespace: str, name: str, owner: dict[str, Any], data: dict[str, str],
+                   binary: dict[str, str]) -> None: ...
+
+
+@dataclass
+class Context:
+    kube: KubeSide
+    schedd_for: Callable[[Target, str], Schedd]    # (target, namespace) → Schedd; TargetError
+    work_root: Path
+    claims_root: Path
+    clock: Callable[[], float]
+    poll: float = 10.0
+    upload_grace: float = 60.0       # how old a cluster held for its input must be to be abandoned
+
+
+def _key(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+def is_settled(obj: dict[str, Any]) -> bool:
+    """Nothing to ask the schedd: a terminal status of this generation, not being deleted."""
+    meta, status = obj["metadata"], obj.get("status") or {}
+    return (not meta.get("deletionTimestamp") and status.get("phase") in TERMINAL
+            and status.get("observedGeneration") == meta.get("generation"))
+
+
+class Pass:
+    """One reconcile pass of one resource."""
+
+    def __init__(self, obj: dict[str, Any], ctx: Context) -> None:
+        self.obj = obj
+        self.ctx = ctx
+        meta = obj["metadata"]
+        self.ns, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
+        self.generation = meta.get("generation")
+        self.key = _key(obj)
+        self.old_status = obj.get("status") or {}
+        self.status = copy.deepcopy(self.old_status)
+        self.status.setdefault("conditions", [])
+        self.work = ctx.work_root / self.uid
+        self.now = ctx.clock()
+
+    # ------------------------------------------------------------------ helpers
+    def cond(self, type_: str, ok: bool | None, reason: str, message: str = "") -> None:
+        set_condition(self.status["conditions"], type_, ok, reason, message, self.now, self.generation)
+
+    def save(self) -> None:
+        self.status["observedGeneration"] = self.generation
+        if self.status != self.old_status:
+            self.ctx.kube.patch_status(self.ns, self.name, self.status)
+            self.old_status = copy.deepcopy(self.status)
+
+    # ------------------------------------------------------------------ the pass
+    def run(self) -> float | None:
+        """Reconcile; seconds until the next pass is due, or None when only a change needs one."""
+        meta = self.obj["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if meta.get("deletionTimestamp"):
+            return self.finalize(finalizers) if FINALIZER in finalizers else None
+        if is_settled(self.obj):
+            return None
+        try:
+            spec = parse_spec(self.obj.get("spec"))
+        except SpecError as exc:
+            self.cond("SpecValid", False, "InvalidSpec", str(exc))
+            self.status.update(phase="Invalid", message=str(exc))
+            log.warning("htcjob %s: invalid spec, nothing submitted: %s", self.key, exc)
+            self.save()
+            return None
+        self.cond("SpecValid", True, "Valid")
+        if FINALIZER not in finalizers:
+            self.ctx.kube.set_finalizers(self.ns, self.name, [*finalizers, FINALIZER], meta["resourceVersion"])
+            return 0.0                   # the next pass sees the new version
+        try:
+            schedd = self.ctx.schedd_for(spec.target, self.ns)
+            return self.track(spec, schedd)
+        except (ScheddUnreachable, TargetError) as exc:
+            reason = "TargetNotReady" if isinstance(exc, TargetError) else "ScheddUnreachable"
+            self.cond("ScheddReachable", False, reason, str(exc))
+            self.status.setdefault("phase", "Pending")
+            self.status["message"] = str(exc)
+            log.warning("htcjob %s: %s", self.key, exc)
+            self.save()
+            return max(self.ctx.poll, 5.0)
+
+    def track(self, spec: HTCJobSpec, schedd: Schedd) -> float | None:
+        ads = schedd.jobs(self.uid, spec.queue)
+        self.cond("ScheddReachable", True, "Reachable", schedd.name)
+        self.status["schedd"] = schedd.name
+        clusters = sorted({int(ad["ClusterId"]) for ad in ads})
+        if self._abandon_cut_upload(schedd, ads):
+            ads = []
+            clusters = []
+        if not ads:
+            if self.status.get("jobId"):
+                msg = f"the jobs of cluster {self.status['jobId']} are in neither the queue nor the history"
+                self.status["message"] = msg
+                log.error("htcjob %s: %s", self.key, msg)
+                self.save()
+                return self.ctx.poll * 6
+            return self.submit(spec, schedd)
+        if len(clusters) > 1:            # must never happen: say so loudly, follow the first
+            log.error("htcjob %s: more than one cluster carries its uid: %s", self.key, clusters)
+        cluster = clusters[0]
+        mine = [ad for ad in ads if int(ad["ClusterId"]) == cluster]
+        if self.status.get("jobId") != str(cluster):
+            log.info("htcjob %s: adopted cluster %s found on %s", self.key, cluster, schedd.name)
+            self.status["jobId"] = str(cluster)
+        summary = jobstate.summarise(mine)
+        out = self.status.setdefault("output", {})
+        if summary.finished and not out.get("delivered"):
+            self.deliver(spec, schedd, cluster, mine, summary)
+        phase = jobstate.job_conditions(summary, self.status["conditions"], delivered=bool(out.get("delivered")),
+                                        now=self.now, generation=self.generation)
+        counts = summary.counts
+        if phase != self.old_status.get("phase"):
+            log.info("htcjob %s: cluster %s %s (%s)", self.key, cluster, phase,
+                     ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+        self.status.update(counts, phase=phase, procs=[p.as_status() for p in summary.procs],
+                           message=self._message(phase, summary))
+        self.save()
+        return None if phase in TERMINAL else self.ctx.poll
+
+    @staticmethod
+    def _message(phase: str, summary: jobstate.Summary) -> str:
+        held = [p for p in summary.procs if p.state == "Held"]
+        if held:
+            return f"proc {held[0].proc} held: {held[0].hold_reason}"
+        codes = [f"{p.proc}:{p.exit_code if p.exit_signal is None else 'signal ' + str(p.exit_signal)}"
+                 for p in summary.procs if p.status == COMPLETED]
+        return f"exit codes {' '.join(codes)}" if codes and phase in TERMINAL else ""
+
+    def _abandon_cut_upload(self, schedd: Schedd, ads: list[dict[str, Any]]) -> bool:
+        """A cluster whose input never arrived (held with code 16, never started, old enough)."""
+        if not ads or any(ad.get("_source") != "queue" for ad in ads):
+            return False
+        if not all(ad.get("JobStatus") == HELD and ad.get("HoldReasonCode") == SPOOLING_INPUT
+                   and not ad.get("NumJobStarts") for ad in ads):
+            return False
+        if self.now - max(float(ad.get("EnteredCurrentStatus") or 0) for ad in ads) < self.ctx.upload_grace:
+            return False
+        cluster = int(ads[0]["ClusterId"])
+        log.warning("htcjob %s: cluster %s never got its input (upload cut); removing it and submitting again",
+                    self.key, cluster)
+        schedd.edit(f"ClusterId == {cluster}", submitdesc.ABANDONED_ATTR, "true")
+        schedd.remove(f"ClusterId == {cluster}", "ce-k8s htcjob-operator: input upload was cut; submitted again")
+        self.status.pop("jobId", None)
+        return True
+
+    # ------------------------------------------------------------------ acting
+    def submit(self, spec: HTCJobSpec, schedd: Schedd) -> float:
+        inputs = self._write_inputs(spec)
+        desc = submitdesc.describe(spec, uid=self.uid, name=self.name, namespace=self.ns, work=self.work,
+                                   input_files=inputs)
+        for proc in range(spec.queue):
+            submitdesc.proc_dir(self.work, proc).mkdir(parents=True, exist_ok=True)
+        cluster = schedd.submit(desc, spec.queue)
+        shutil.rmtree(self.work / "in", ignore_errors=True)   # uploaded: the schedd's spool has it
+        log.info("htcjob %s: submitted cluster %s (%d procs) to %s", self.key, cluster, spec.queue, schedd.name)
+        self.status.update(jobId=str(cluster), schedd=schedd.name, phase="Submitted",
+                           submitted=spec.queue, idle=spec.queue, message="")
+        self.cond("Submitted", True, "Submitted", f"cluster {cluster} on {schedd.name}")
+        self.save()
+        return self.ctx.poll
+
+    def _write_inputs(self, spec: HTCJobSpec) -> list[Path]:
+        indir = self.work / "in"
+        shutil.rmtree(indir, ignore_errors=True)
+        indir.mkdir(parents=True, mode=0o700)
+        files: list[Path] = []
+        for item in spec.inputs:
+            try:
+                data = self.ctx.kube.read_data(item.kind, self.ns, item.name)
+            except KeyError as exc:
+                raise TargetError(f"input {item.kind} {item.name!r} not found in namespace {self.ns}") from exc
+            keys = item.keys or tuple(sorted(data))
+            for key in keys:
+                if key not in data:
+                    raise TargetError(f"input {item.kind} {item.name!r} has no key {key!r}")
+                path = indir / key
+                path.write_bytes(data[key])
+                path.chmod(0o600)
+                files.append(path)
+        if spec.script is not None:
+            script = indir / submitdesc.SCRIPT_NAME
+            script.write_text(spec.script)
+            script.chmod(0o700)
+        return files
+
+    def deliver(self, spec: HTCJobSpec, schedd: Schedd, cluster: int, ads: list[dict[str, Any]],
+                summary: jobstate.Summary) -> None:
+        out = self.status["output"]
+        waiting = [ad for ad in ads if ad.get("_source") == "queue" and ad.get("JobStatus") == COMPLETED]
+        done = [p.proc for p in summary.procs if p.status == COMPLETED]
+        if done and not waiting:
+            out["delivered"] = True
+            self.cond("OutputDelivered", False, "OutputGone",
+                      "the jobs left the queue before their output was retrieved")
+            return
+        try:
+            if waiting:
+                for proc in done:
+                    submitdesc.proc_dir(self.work, proc).mkdir(parents=True, exist_ok=True)
+                schedd.retrieve(cluster)
+            if spec.output.claim:
+                where = output.to_claim(self.work / "out", done, self.ctx.claims_root, spec.output.claim,
+                                        spec.output.path, self.name)
+                out.update(path=str(where), truncated=False)
+            else:
+                cm = output.to_configmap(self.work / "out", done)
+                cm_name = spec.output.config_map or f"{self.name}-output"
+                self.ctx.kube.put_output(self.ns, cm_name, self.obj, cm.data, cm.binary)
+                out.update(configMap=cm_name, truncated=cm.truncated)
+        except output.OutputError as exc:
+            self.cond("OutputDelivered", False, "OutputFailed", str(exc))
+            self.status["message"] = str(exc)
+            log.warning("htcjob %s: %s", self.key, exc)
+            return
+        if waiting:
+            schedd.edit(f"ClusterId == {cluster} && JobStatus == {COMPLETED}", "LeaveJobInQueue", "false")
+        out["delivered"] = True
+        msg = str(out.get("configMap") or out.get("path"))
+        if out.get("truncated"):
+            msg += " (cut to its last bytes: too long)"
+        self.cond("OutputDelivered", True, "Delivered", msg)
+        shutil.rmtree(self.work, ignore_errors=True)
+        log.info("htcjob %s: output of cluster %s delivered to %s", self.key, cluster, msg)
+
+    def finalize(self, finalizers: list[str]) -> float | None:
+        """The resource is being deleted: remove its jobs, then let it go."""
+        try:
+            spec = parse_spec(self.obj.get("spec"))
+        except SpecError:
+            spec = None                  # never submitted anything
+        if spec is not None:
+            try:
+                schedd = self.ctx.schedd_for(spec.target, self.ns)
+                ads = [ad for ad in schedd.jobs(self.uid, 0) if ad.get("_source") == "queue"]
+                live = [ad for ad in ads if ad.get("JobStatus") not in (COMPLETED, REMOVED)]
+                if live:
+                    constraint = f"{uid_constraint(self.uid)} && JobStatus != {COMPLETED} && JobStatus != {REMOVED}"
+                    n = schedd.remove(constraint, f"HTCJob {self.key} was deleted")
+                    log.info("htcjob %s: deleted; removing %d job(s) (%d acted on)", self.key, len(live), n)
+                if any(ad.get("JobStatus") == COMPLETED for ad in ads):
+                    schedd.edit(f"{uid_constraint(self.uid)} && JobStatus == {COMPLETED}", "LeaveJobInQueue", "false")
+                if ads:
+                    return 1.0           # until the schedd has let them all go
+            except (ScheddUnreachable, TargetError) as exc:
+                self.cond("ScheddReachable", False, "ScheddUnreachable",
+                          f"cannot remove the jobs before deletion: {exc}")
+                log.warning("htcjob %s: deletion waits for the schedd: %s", self.key, exc)
+                self.save()
+                return max(self.ctx.poll, 5.0)
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.ctx.kube.set_finalizers(self.ns, self.name, [f for f in finalizers if f != FINALIZER],
+                                     self.obj["metadata"]["resourceVersion"])
+        log.info("htcjob %s: jobs gone; finalizer removed", self.key)
+        return None
+
+
+def reconcile(obj: dict[str, Any], ctx: Context) -> float | None:
+    return Pass(obj, ctx).run()
