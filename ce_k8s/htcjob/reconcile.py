@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from ce_k8s.htcjob import jobstate, output, submitdesc
 from ce_k8s.htcjob.jobstate import COMPLETED, HELD, REMOVED, SPOOLING_INPUT, set_condition
-from ce_k8s.htcjob.schedd import Schedd, ScheddUnreachable, uid_constraint
+from ce_k8s.htcjob.schedd import Schedd, ScheddUnreachable, SubmitRefused, uid_constraint
 from ce_k8s.htcjob.spec import HTCJobSpec, SpecError, Target, parse_spec
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,12 @@ class Pass:
         try:
             schedd = self.ctx.schedd_for(spec.target, self.ns)
             return self.track(spec, schedd)
+        except SubmitRefused as exc:
+            self.cond("SpecValid", False, "SubmitRefused", str(exc))
+            self.status.update(phase="Invalid", message=str(exc))
+            log.warning("htcjob %s: %s; nothing submitted", self.key, exc)
+            self.save()
+            return None
         except (ScheddUnreachable, TargetError) as exc:
             reason = "TargetNotReady" if isinstance(exc, TargetError) else "ScheddUnreachable"
             self.cond("ScheddReachable", False, reason, str(exc))

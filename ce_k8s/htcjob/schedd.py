@@ -28,6 +28,11 @@ class ScheddUnreachable(RuntimeError):
     """The schedd (or its collector) could not be reached, or refused us."""
 
 
+class SubmitRefused(RuntimeError):
+    """The schedd was reachable and refused the submit description: the spec is the problem (a
+    `spec.submit` expression that does not parse, say), and submitting again would fail again."""
+
+
 class Schedd(Protocol):
     """What the operator asks of a schedd; `HTCondorSchedd` and the tests' fake implement it."""
 
@@ -138,12 +143,29 @@ class HTCondorSchedd:
         return self._call("query", query)
 
     def submit(self, description: dict[str, str], count: int) -> int:
+        """Submit and upload. A submit that fails while the schedd still answers a query was
+        refused for its description (SubmitRefused); one that fails with the schedd gone is
+        ScheddUnreachable. An upload that fails leaves a cluster held for its input, which the
+        next pass finds by uid (ce_k8s.htcjob.reconcile)."""
         def submit(htcondor2, schedd):
-            result = schedd.submit(htcondor2.Submit(description), count=count, spool=True)
+            try:
+                result = schedd.submit(htcondor2.Submit(description), count=count, spool=True)
+            except Exception as exc:
+                try:
+                    schedd.query("false", ["ClusterId"], limit=1)
+                except Exception:
+                    raise exc from None          # the schedd is gone: unreachable, try again
+                raise SubmitRefused(f"the schedd {self.name} refused the submit description: "
+                                    f"{str(exc).strip()}") from exc
             schedd.spool(result)
             return int(result.cluster())
 
-        return self._call("submit", submit)
+        try:
+            return self._call("submit", submit)
+        except ScheddUnreachable as exc:
+            if isinstance(exc.__cause__, SubmitRefused):
+                raise exc.__cause__ from None
+            raise
 
     def remove(self, constraint: str, reason: str) -> int:
         def remove(htcondor2, schedd):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ce_k8s.htcjob.jobstate import COMPLETED, HELD, IDLE, REMOVED, RUNNING, SPOOLING_INPUT
-from ce_k8s.htcjob.schedd import ScheddUnreachable
+from ce_k8s.htcjob.schedd import ScheddUnreachable, SubmitRefused
 from ce_k8s.htcjob.submitdesc import ABANDONED_ATTR, STDERR, STDOUT, UID_ATTR
 
 
@@ -68,6 +68,8 @@ class FakeSchedd:
     def submit(self, description: dict[str, str], count: int) -> int:
         with self.lock:
             self._check()
+            if description.get("requirements", "").count("(") != description.get("requirements", "").count(")"):
+                raise SubmitRefused(f"the schedd {self.name} refused the submit description: requirements")
             cluster = self.next_cluster
             self.next_cluster += 1
             self.submits += 1

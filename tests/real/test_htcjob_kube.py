@@ -320,10 +320,25 @@ def test_a_cut_upload_is_abandoned_and_submitted_again_without_running(operator_
     schedd.cut_next_upload = True
     create(custom, user_ns, htcjob("cut"))
     with running_operator(operator_kubeconfig, user_ns, schedd, upload_grace=0.5):
-        st = wait_for(lambda: (s := status_of(custom, user_ns, "cut")).get("jobId") and s, what="resubmitted")
-        assert st["jobId"] == "2" and schedd.submits == 2
+        # Held for its input, the first cluster is adopted until it is old enough to be given up.
+        wait_for(lambda: status_of(custom, user_ns, "cut").get("jobId") == "2", what="resubmitted")
+        assert schedd.submits == 2
     first = [ad for ad in schedd.history if ad["ClusterId"] == 1]
     assert first and all(ad["HTCJobAbandoned"] is True and ad["NumJobStarts"] == 0 for ad in first)
+
+
+def test_a_refused_submit_description_is_invalid_not_retried(operator_kubeconfig, user_ns, custom):
+    schedd = FakeSchedd()
+    create(custom, user_ns, htcjob("refused", submit={"requirements": "(("}))
+    with running_operator(operator_kubeconfig, user_ns, schedd) as op:
+        st = wait_for(lambda: (s := status_of(custom, user_ns, "refused")).get("phase") == "Invalid" and s,
+                      what="Invalid")
+        assert cond(st, "SpecValid")["reason"] == "SubmitRefused" and "requirements" in st["message"]
+        passes = op.passes
+        create(custom, user_ns, htcjob("after"))       # the operator goes on with others
+        wait_for(lambda: status_of(custom, user_ns, "after").get("jobId"), what="the next one")
+        assert op.passes <= passes + 4                 # the refused one is not tried again and again
+    assert schedd.submits == 1
 
 
 def test_inputs_and_token_are_read_from_the_namespace(operator_kubeconfig, user_ns, custom, admin_core):
