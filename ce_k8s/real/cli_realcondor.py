@@ -1,7 +1,7 @@
 """`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.real.condor).
 
-    ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config bed|stock] [--poll S] [--nodes SPEC]
-                                  [--state DIR] [--root DIR]
+    ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config bed|stock] [--batch] [--poll S]
+                                  [--nodes SPEC] [--state DIR] [--root DIR]
     ce-k8s testbed real-condor down [--htcondor 25|23] [--state DIR] [--root DIR]
     ce-k8s testbed real-condor status [--htcondor 25|23] [--json] [--state DIR] [--root DIR]
 
@@ -9,7 +9,8 @@ Needs root. `up` builds and caches the Debian root of the chosen HTCondor on fir
 minute): 25.14.1 from sid (the default: HTCondor-CE 25's HTCondor, the one `ce-k8s route` models)
 or 23.9.6 from Debian 13; then it starts the Kubernetes emulator and condor_master (collector, CE
 schedd, job router, factory schedd, the ce-k8s agent); `down` stops all of it and undoes the
-mounts. docs/real-condor.md.
+mounts. `--batch` adds a batch pool (a schedd `batch@<host>`, a negotiator and a startd that runs
+only that schedd's jobs) that a client outside the root reaches with an IDTOKEN. docs/real-condor.md.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bed: the test bed's own CE configuration (default); stock: HTCondor-CE's own "
                              "files plus `ce-k8s install`'s, token authentication from the factory "
                              "(docs/real-condor.md)")
+    parser.add_argument("--batch", action="store_true",
+                        help="up: also a batch pool (schedd `batch@<host>`, negotiator, startd running only "
+                             "that schedd's jobs), reachable with an IDTOKEN from outside the root; "
+                             "default bed only (docs/real-condor.md, \"The batch pool\")")
     parser.add_argument("--json", action="store_true", help="status as one JSON object")
 
 
@@ -52,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     try:
-        env = real_condor(args.state, args.root, htcondor=args.htcondor, ce_config=args.ce_config)
+        env = real_condor(args.state, args.root, htcondor=args.htcondor, ce_config=args.ce_config,
+                          batch=args.batch)
     except RealCondorError as exc:
         sys.stderr.write(f"ce-k8s testbed real-condor {args.action}: {exc}\n")
         return 2

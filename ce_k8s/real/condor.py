@@ -1,6 +1,6 @@
 """A real HTCondor (Debian's `condor` package, 25.x or 23.9) in a chroot, running ce-k8s's hooks and agent.
 
-    ce-k8s testbed real-condor up|down|status [--htcondor 25|23] [--state DIR] [--root DIR] [--json]
+    ce-k8s testbed real-condor up|down|status [--htcondor 25|23] [--batch] [--state DIR] [--root DIR] [--json]
 
 Everything HTCondor does here is the real daemons' work: condor_master, a collector, the CE
 schedd, condor_job_router, the gridmanager and BLAH, and a second schedd that plays a
@@ -24,12 +24,18 @@ serve`, outside the root). docs/real-condor.md describes the layout; in short:
   `<lrms>_*.sh` script of both only records its call in `<state>/blah-calls.log`, so a gridmanager
   that ever acted on a Kubernetes-routed job would show there.
 
+* **The batch pool, opt-in** (`RealCondor(batch=True)`, `up --batch`): a third schedd `batch@<host>`,
+  a negotiator and a startd that runs only that schedd's jobs (never a CE source job: a pilot runs
+  once, where the router sends it), reachable from outside the root with an IDTOKEN from
+  `RealCondor.batch_token()` (`batch_config`; docs/real-condor.md, "The batch pool").
+
 `down` stops the daemons by their own command (`condor_off -master`), then by pid, kills whatever
 still runs inside the root, stops the emulator and undoes every mount. Nothing is left running.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -84,9 +90,17 @@ DEBIAN_CONFIG = frozenset({"00-htcondor-9.0.config"})   # what the condor packag
 COLLECTOR_PORT = 19618
 CE_SCHEDD = "ce"
 FACTORY_SCHEDD = "factory"
-# The pilot accounts of ce_k8s.sim.pilots.OWNERS, the factory's account, and one batch user.
+#: The batch pool's schedd (`RealCondor(batch=True)`; docs/real-condor.md, "The batch pool").
+BATCH_SCHEDD = "batch"
+#: The account the batch pool's token maps to (`RealCondor.batch_token`): its jobs run as this uid.
+BATCH_ACCOUNT = "htcuser"
+#: The batch startd's static slots, whatever the machine has (2 cores here): enough for a few jobs at once.
+BATCH_SLOTS = 4
+BATCH_SLOT_MEMORY = 1024           # MB per slot; MEMORY = BATCH_SLOTS * this
+# The pilot accounts of ce_k8s.sim.pilots.OWNERS, the factory's account, one user of the Slurm route,
+# and the batch pool's user.
 ACCOUNTS = {"osg01": 47001, "cmspilot": 47002, "osggpu": 47003, "atlaspilot": 47004, "gfactory": 47010,
-            "slurmuser": 47020}
+            "slurmuser": 47020, BATCH_ACCOUNT: 47030}
 BLAH_LRMS = ("k8s", "slurm")
 BLAH_SCRIPTS = ("submit", "status", "cancel", "hold", "resume", "ping")
 DEFAULT_NODES = ("cpu:8x64c256g,"
@@ -315,8 +329,9 @@ JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
 """
 
 
-def testbed_config(state: Path, poll: int, python_prefix: str) -> str:
-    """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`)."""
+def testbed_config(state: Path, poll: int, python_prefix: str, batch: bool = False) -> str:
+    """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`); with `batch`, the
+    batch pool's layer (`batch_config`) at its end, so that it overrides what it must."""
     return f"""\
 # ce-k8s real-HTCondor test bed (ce_k8s/real/condor.py; docs/real-condor.md).
 CONDOR_HOST = 127.0.0.1
@@ -373,6 +388,90 @@ JOB_ROUTER_ROUTE_Slurm_Cluster @=jrt
     GridResource = "batch slurm"
 @jrt
 JOB_ROUTER_ROUTE_NAMES = Slurm_Cluster $(JOB_ROUTER_ROUTE_NAMES)
+""" + (batch_config(state) if batch else "")
+
+
+#: The batch startd's START: only jobs whose GlobalJobId the batch schedd wrote. Each schedd sets
+#: GlobalJobId itself at submit (`<Name>#<cluster>.<proc>#<qdate>`, the batch schedd's Name being
+#: `batch@<host>`), overwriting a `+GlobalJobId` of the submit file; a job attribute of the
+#: submitter's choosing (`+BatchJob = true`) could not keep a CE job off the slots. But a job's
+#: owner may `condor_qedit` GlobalJobId afterwards (seen: a CE job edited to `batch@...` was
+#: claimed and started within seconds), so batch mode also makes it a PROTECTED_JOB_ATTRS
+#: (only the queue super users, root and condor, may change it).
+BATCH_START = f'regexp("^{BATCH_SCHEDD}@", TARGET.GlobalJobId ?: "")'
+
+
+def batch_config(state: Path) -> str:
+    """The batch pool (`RealCondor(batch=True)`): a third schedd, a negotiator and a startd under the
+    same master and collector, and IDTOKENS beside FS/CLAIMTOBE (docs/real-condor.md, "The batch pool").
+
+    Why each part:
+
+    * **The START rule.** With a negotiator and a startd in the pool, the CE schedd's idle vanilla
+      source jobs are candidates for a match like any job. A pilot must run once, where the router
+      sends it (a Kubernetes pod), never also on a local slot; so the startd takes only jobs whose
+      GlobalJobId the batch schedd wrote (`BATCH_START`), and GlobalJobId is protected from its
+      owner's `condor_qedit`.
+    * **Short intervals**, so that a batch job starts within seconds instead of HTCondor's minute:
+      negotiation every 2 s, and NEGOTIATOR_CYCLE_DELAY (the negotiator's own floor between two
+      cycles, 20 s by default and in no param table; with it, cycles ran 20 s apart whatever
+      NEGOTIATOR_INTERVAL said) at 1 s. The CE schedd keeps the bed's SCHEDD_INTERVAL of 5 s.
+    * **Static slots** (`BATCH_SLOTS` of `BATCH_SLOT_MEMORY` MB): a fixed pool on any machine; no
+      benchmarks at start (the first slot sat in Benchmarking).
+    * **MOUNT_UNDER_SCRATCH empty**: the starter gives a job a private /tmp and /var/tmp with
+      unshare(CLONE_NEWNS), which a chrooted process is refused ("Failed to unshare the mount
+      namespace", errno 22: every job was held before exec).
+    * **IDTOKENS, required authentication.** A client outside the root (the host's `htcondor2`)
+      cannot use FS (the server looks for the client's file in its own /tmp) and must not use
+      CLAIMTOBE (it could be anyone), so it presents an IDTOKEN signed with the root's POOL key
+      (`RealCondor.batch_token`). Authentication is REQUIRED: without it a client whose methods
+      all failed went on unauthenticated, and ALLOW_WRITE = * let it in (`htcondor2.ping` said
+      `unauthenticated@unmapped`, WRITE authorized). READ too: Debian's 23.9 package makes it
+      optional (`security:recommended_v9_0`, which its 25 package no longer ships), and a host
+      client without a token then read the batch queue on 23.9 only. The bed's own accounts in the
+      root are unaffected: their client list stays FS, CLAIMTOBE, and CLAIMTOBE always authenticates.
+    """
+    spool = f"{state}/{BATCH_SCHEDD}-spool"
+    return f"""
+# ---- The batch pool (RealCondor(batch=True); docs/real-condor.md, "The batch pool").
+DAEMON_LIST = $(DAEMON_LIST), BATCH_SCHEDD, NEGOTIATOR, STARTD
+BATCH_SCHEDD = $(SCHEDD)
+BATCH_SCHEDD_ARGS = -local-name {BATCH_SCHEDD}
+{BATCH_SCHEDD}.SCHEDD_NAME = {BATCH_SCHEDD}
+{BATCH_SCHEDD}.SPOOL = {spool}
+{BATCH_SCHEDD}.SCHEDD_LOG = $(LOG)/SchedLog.{BATCH_SCHEDD}
+{BATCH_SCHEDD}.SCHEDD_ADDRESS_FILE = {spool}/.schedd_address
+{BATCH_SCHEDD}.JOB_QUEUE_LOG = {spool}/job_queue.log
+{BATCH_SCHEDD}.SCHEDD_DAEMON_AD_FILE = {spool}/.schedd_classad
+{BATCH_SCHEDD}.SCHEDD_CRON_CEK8SINFO_EXECUTABLE = /bin/true
+{BATCH_SCHEDD}.SCHEDD_INTERVAL = 2
+DC_DAEMON_LIST = $(DC_DAEMON_LIST), BATCH_SCHEDD
+
+# Negotiation within seconds (NEGOTIATOR_CYCLE_DELAY: 20 s between cycles unless set).
+NEGOTIATOR_INTERVAL = 2
+NEGOTIATOR_MIN_INTERVAL = 1
+NEGOTIATOR_CYCLE_DELAY = 1
+NEGOTIATOR_UPDATE_INTERVAL = 2
+STARTD.UPDATE_INTERVAL = 2
+
+# The startd: {BATCH_SLOTS} static slots whatever the machine has; it runs the batch schedd's jobs only.
+NUM_CPUS = {BATCH_SLOTS}
+MEMORY = {BATCH_SLOTS * BATCH_SLOT_MEMORY}
+SLOT_TYPE_1 = cpus=1, memory={BATCH_SLOT_MEMORY}
+NUM_SLOTS_TYPE_1 = {BATCH_SLOTS}
+RUNBENCHMARKS = False
+use POLICY : ALWAYS_RUN_JOBS
+START = {BATCH_START}
+# only the schedds set GlobalJobId: a job owner's condor_qedit of it would get past START
+PROTECTED_JOB_ATTRS = GlobalJobId
+# a chrooted starter cannot unshare a mount namespace for a private /tmp
+MOUNT_UNDER_SCRATCH =
+
+# Tokens from outside the root; FS and CLAIMTOBE stay for the bed's accounts inside it.
+SEC_DEFAULT_AUTHENTICATION_METHODS = IDTOKENS, FS, CLAIMTOBE
+SEC_DEFAULT_AUTHENTICATION = REQUIRED
+# Debian's 23.9 package makes READ optional (its 00-htcondor-9.0.config, security:recommended_v9_0)
+SEC_READ_AUTHENTICATION = REQUIRED
 """
 
 
@@ -399,6 +498,7 @@ class State:
     master_pid: int
     poll: int
     started: float
+    batch: bool = False       # the batch pool is up (RealCondor(batch=True))
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.__dict__, indent=1) + "\n")
@@ -415,11 +515,16 @@ class RealCondor:
     """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
 
     def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str | None = None,
-                 htcondor: str = DEFAULT_HTCONDOR, kube_server=None) -> None:
+                 htcondor: str = DEFAULT_HTCONDOR, kube_server=None, batch: bool = False) -> None:
         # kube_server: a real control plane (ce_k8s.real.kubeserver.RealKubeServer, handed in so
         # this room never imports the real one) instead of `ce-k8s sim serve`; the agent then runs
         # with the kubeconfig it writes (its ServiceAccount's token) and nothing is emulated.
+        # batch: the batch pool as well (a schedd, a negotiator and a startd that runs that schedd's
+        # jobs only, reachable with an IDTOKEN from outside the root; `batch_config`), opt-in because
+        # a negotiator in the pool is a change to what the CE's own tests run against.
         self.kube_server = kube_server
+        self.batch = batch
+        self._uid_domain: str | None = None
         self.flavour = flavour(htcondor)
         self.state_dir = Path(state_dir).absolute()
         self.root = Path(root if root is not None else default_root(self.flavour.htcondor)).absolute()
@@ -455,6 +560,48 @@ class RealCondor:
     def grid_resource(self) -> str:
         """What the factory's grid jobs name: `condor <CE schedd> <CE collector>`."""
         return f"condor {self.ce_name} 127.0.0.1:{COLLECTOR_PORT}"
+
+    @property
+    def batch_name(self) -> str:
+        """The batch schedd's Name in the collector (`batch@<host>`), what a client locates."""
+        return f"{BATCH_SCHEDD}@{os.uname().nodename}"
+
+    @property
+    def batch_spool(self) -> Path:
+        return self.state_dir / f"{BATCH_SCHEDD}-spool"
+
+    @property
+    def collector_address(self) -> str:
+        """The pool's collector as a client outside the root names it (`htcondor2.Collector(...)`)."""
+        return f"127.0.0.1:{COLLECTOR_PORT}"
+
+    @property
+    def uid_domain(self) -> str:
+        """The root's UID_DOMAIN (the host's name unless configured): the domain a token's identity
+        must carry for the starter to run the job as the account it names."""
+        if self._uid_domain is None:
+            self._uid_domain = self.run(["condor_config_val", "UID_DOMAIN"]).stdout.strip()
+        return self._uid_domain
+
+    def batch_token(self, identity: str | None = None) -> str:
+        """An IDTOKEN for the batch pool, made by HTCondor's own `condor_token_create` in the root from
+        the signing key `up` wrote; `identity` defaults to `htcuser@<UID_DOMAIN>`.
+
+        A client outside the root presents it (IDTOKENS). The schedd takes the identity as the job's
+        `User` and its user part as `Owner`, and the starter runs the job as that account of the
+        root. The default's domain is UID_DOMAIN, so `User` reads as a local submitter's would; a
+        token for `htcuser@other.example` also ran as `htcuser` (measured), so the domain is not what
+        decides the uid. The token carries no authorization limits: the identity's rights are the
+        pool's ALLOW_* for it (all of them, in this bed).
+        """
+        if not self.batch:
+            raise RealCondorError("batch_token: this bed has no batch pool; bring it up with "
+                                  "RealCondor(..., batch=True) (`ce-k8s testbed real-condor up --batch`)")
+        identity = identity or f"{BATCH_ACCOUNT}@{self.uid_domain}"
+        token = self.run(["condor_token_create", "-identity", identity, "-key", "POOL"]).stdout.strip()
+        if not token:
+            raise RealCondorError("condor_token_create printed no token")
+        return token
 
     def condor_config_for(self, args: list[str]) -> str:
         """The CONDOR_CONFIG a command in the root runs with (one configuration here; the CE's own
@@ -495,8 +642,12 @@ class RealCondor:
         out = self.run(args).stdout.strip()
         return json.loads(out) if out else []
 
-    def history(self, constraint: str = "true", attrs: tuple[str, ...] = ()) -> list[dict]:
+    def history(self, constraint: str = "true", attrs: tuple[str, ...] = (), schedd: str | None = None) -> list[dict]:
+        """`condor_history -json` of the CE schedd (its history file), or of the schedd named `schedd`
+        (asked over the wire: another schedd's history is in its own spool)."""
         args = ["condor_history", "-json", "-constraint", constraint]
+        if schedd:
+            args += ["-name", schedd]
         if attrs:
             args += ["-attributes", ",".join(attrs)]
         out = self.run(args, check=False).stdout.strip()
@@ -542,7 +693,7 @@ class RealCondor:
         build_root(self.root, progress=progress, htcondor=self.flavour.htcondor)
         self._fresh_state_dir()
         mounts: list[str] = []
-        state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time())
+        state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time(), self.batch)
         state.save(self.state_file)
         try:
             mounts += self._mount_all()
@@ -556,6 +707,8 @@ class RealCondor:
             state.save(self.state_file)
             self._prepare_cluster()
             self._write_config(poll)
+            if self.batch:
+                self._signing_key()
             self._install_hooks()
             self._blah_worst_case()
             state.master_pid = self._start_master()
@@ -573,13 +726,14 @@ class RealCondor:
         if self.state_dir.exists():
             _unmount_below(self.root)       # nothing of ours may still hold it
             shutil.rmtree(self.state_dir)
-        for sub, mode in (("", 0o755), ("run", 0o755), ("output", 0o700), ("spool", 0o755),
-                          ("factory-spool", 0o755), ("submit", 0o755)):
+        spools = ["spool", "factory-spool"] + ([self.batch_spool.name] if self.batch else [])
+        for sub, mode in (("", 0o755), ("run", 0o755), ("output", 0o700), ("submit", 0o755),
+                          *((s, 0o755) for s in spools)):
             d = self.state_dir / sub
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(mode)
         condor = self._root_uid("condor")
-        for sub in ("spool", "factory-spool"):
+        for sub in spools:
             os.chown(self.state_dir / sub, condor, condor)
         self.blah_log.touch()
         self.blah_log.chmod(0o666)  # BLAH's recorders run as the job owners
@@ -675,7 +829,19 @@ class RealCondor:
                 name = f.name if f.parent.name == "config.d" else f"80-route-{f.name}"
                 shutil.copy(f, confdir / name)
         prefix = os.path.realpath(sys.prefix)
-        (confdir / "99-ce-k8s-testbed.conf").write_text(testbed_config(self.state_dir, poll, prefix))
+        (confdir / "99-ce-k8s-testbed.conf").write_text(testbed_config(self.state_dir, poll, prefix,
+                                                                       batch=self.batch))
+
+    def _signing_key(self) -> None:
+        """A fresh random IDTOKENS signing key, `/etc/condor/passwords.d/POOL` (SEC_TOKEN_POOL_SIGNING_KEY_FILE's
+        default), root's and 0600 as HTCondor wants it. New on every `up`, so a token from an earlier
+        bed never works on this one; the daemons verify with it and `batch_token` signs with it."""
+        keydir = self.root / "etc/condor/passwords.d"
+        keydir.mkdir(mode=0o700, exist_ok=True)
+        key = keydir / "POOL"
+        key.write_text(base64.b64encode(os.urandom(48)).decode() + "\n")
+        os.chown(key, 0, 0)
+        key.chmod(0o600)
 
     def _install_hooks(self) -> None:
         from ce_k8s.agent.launchers import HOOK_MODULE_FILES, install_hooks
@@ -731,12 +897,23 @@ class RealCondor:
         raise RealCondorError(f"no account {name!r} in {self.root}/etc/passwd")
 
     def wait_ready(self, timeout: float = 90, progress=print) -> None:
-        """Until the CE schedd, the factory schedd and the job router answer, and the agent pings."""
+        """Until the CE schedd, the factory schedd and the job router answer, and the agent pings; with
+        the batch pool, also until the batch schedd answers and every slot is in the collector
+        (a test's first batch job would otherwise wait for the startd's first update)."""
         from ce_k8s import protocol
 
         deadline = time.monotonic() + timeout
         need = {"ce schedd", "factory schedd", "job router", "agent"}
+        if self.batch:
+            need |= {"batch schedd", "batch slots"}
         while need and time.monotonic() < deadline:
+            if "batch schedd" in need and self.run(["condor_q", "-totals", "-name", self.batch_name],
+                                                   check=False).returncode == 0:
+                need.discard("batch schedd")
+            if "batch slots" in need:
+                slots = self.run(["condor_status", "-af", "Name"], check=False).stdout.split()
+                if len(slots) >= BATCH_SLOTS:
+                    need.discard("batch slots")
             if "ce schedd" in need and self.run(["condor_q", "-totals"], check=False).returncode == 0:
                 need.discard("ce schedd")
             if "factory schedd" in need and self.run(["condor_q", "-totals", "-name", self.factory_name],
@@ -832,6 +1009,8 @@ class RealCondor:
         if state is None:
             return out
         out.update(up=_alive(state.master_pid), master_pid=state.master_pid, sim=_alive(state.sim_pid),
+                   batch=state.batch, **({"batch_schedd": self.batch_name, "collector": self.collector_address}
+                                         if state.batch else {}),
                    api_url=state.api_url, mounts=[m for m in _mounts() if m.startswith(str(self.root) + "/")],
                    processes_in_root=len(_processes_in(self.root)))
         if out["up"]:

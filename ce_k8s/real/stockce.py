@@ -357,11 +357,19 @@ class StockCE(RealCondor):
 
 
 def real_condor(state_dir, root=None, htcondor: str | None = None, kube_server=None,
-                ce_config: str = "bed") -> RealCondor:
-    """The bed of `ce_config`: ``bed`` (the test configuration, the default) or ``stock`` (HTCondor-CE's own)."""
+                ce_config: str = "bed", batch: bool = False) -> RealCondor:
+    """The bed of `ce_config`: ``bed`` (the test configuration, the default) or ``stock`` (HTCondor-CE's own).
+
+    `batch` (the batch pool of ce_k8s.real.condor.batch_config) is the default bed's only: HTCondor-CE's
+    own configuration is a CE without a local pool, and this mode exists to test exactly that.
+    """
     from ce_k8s.real.condor import DEFAULT_HTCONDOR
 
     if ce_config not in CE_CONFIGS:
         raise RealCondorError(f"--ce-config {ce_config!r}: choose one of {', '.join(CE_CONFIGS)}")
-    cls = StockCE if ce_config == "stock" else RealCondor
-    return cls(state_dir, root, htcondor=htcondor or DEFAULT_HTCONDOR, kube_server=kube_server)
+    if ce_config == "stock":
+        if batch:
+            raise RealCondorError("--batch is for the default bed (--ce-config bed): the stock CE has no "
+                                  "local pool by design")
+        return StockCE(state_dir, root, htcondor=htcondor or DEFAULT_HTCONDOR, kube_server=kube_server)
+    return RealCondor(state_dir, root, htcondor=htcondor or DEFAULT_HTCONDOR, kube_server=kube_server, batch=batch)

@@ -17,12 +17,13 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_real_condor import _wait  # the same waiting loop (pytest puts tests/e2e on sys.path)
 
-from ce_k8s.real.condor import COLLECTOR_PORT, RealCondorError, _processes_in
+from ce_k8s.real.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.condordemo import RealDemo
 from ce_k8s.real.stockce import CE_PORT, FACTORY_ACCOUNT, PILOT_ACCOUNT, UID_DOMAIN, StockCE, stock_tree
 from ce_k8s.sim.pilots import make_pilot
@@ -43,27 +44,33 @@ def _port_in_use(port: int) -> bool:
     return False
 
 
+def up_when_free(bed: RealCondor, what: str, ports: tuple[int, ...] = (COLLECTOR_PORT,)) -> Iterator[RealCondor]:
+    """Bring `bed` up once no other bed holds `ports` or runs in its root (a bounded wait: another
+    run's bed is never ours to bring down), yield it, then take it down and check that nothing is
+    left running or mounted in the root. `what` names the bed in its progress lines and errors."""
+    root = bed.root
+    deadline = time.monotonic() + WAIT_FOR_OTHER_BED_S
+    while (any(_port_in_use(p) for p in ports) or _processes_in(root)) and time.monotonic() < deadline:
+        time.sleep(30)       # another run's bed: never ours to bring down
+    try:
+        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"{what}: {m}\n"))
+    except RealCondorError as exc:
+        pytest.fail(f"the real HTCondor ({what}) could not be brought up: {exc}")
+    yield bed
+    bed.down(progress=lambda m: sys.stderr.write(f"{what}: {m}\n"))
+    assert not _processes_in(root), "down left processes running in the root"
+    assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {root}/" in m]
+    shutil.rmtree(bed.state_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def env():
     """The stock-configuration bed, once for the module; waits for another bed to go down first."""
     if os.geteuid() != 0:
         pytest.fail("the real-HTCondor tests need root (CI runs as root); see docs/real-condor.md")
     state = Path("/var/tmp") / f"ce-k8s-real-ce-tests-{os.getpid()}"
-    bed = StockCE(state, stock_dir=STOCK)
-    root = bed.root
-    deadline = time.monotonic() + WAIT_FOR_OTHER_BED_S
-    while (_port_in_use(COLLECTOR_PORT) or _port_in_use(CE_PORT) or _processes_in(root)) \
-            and time.monotonic() < deadline:
-        time.sleep(30)       # another run's bed: never ours to bring down
-    try:
-        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"real-ce: {m}\n"))
-    except RealCondorError as exc:
-        pytest.fail(f"the real HTCondor with HTCondor-CE's configuration could not be brought up: {exc}")
-    yield bed
-    bed.down(progress=lambda m: sys.stderr.write(f"real-ce: {m}\n"))
-    assert not _processes_in(root), "down left processes running in the root"
-    assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {root}/" in m]
-    shutil.rmtree(state, ignore_errors=True)
+    yield from up_when_free(StockCE(state, stock_dir=STOCK), "real-ce, HTCondor-CE's configuration",
+                            (COLLECTOR_PORT, CE_PORT))
 
 
 def _ce(env: StockCE, *args: str) -> str:
