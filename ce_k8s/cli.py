@@ -23,6 +23,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "run the HTCJob operator: Kubernetes users' HTCondor jobs (docs/htcjob.md)"),
     (("info",), "ce_k8s.info.provider", "print the schedd cron output advertising cluster capacity"),
     (("demo",), "ce_k8s.real.cli_demo", "run pilots through the whole path (emulated, or real Kubernetes)"),
+    (("demo", "htcjob"), "ce_k8s.real.cli_htcjobdemo",
+     "an HTCJob (queue: 3) through the real control plane, the operator and the real schedd"),
     (("sim", "serve"), "ce_k8s.sim.serve", "serve the Kubernetes API emulator with simulated kubelets"),
     (("testbed", "real-condor"), "ce_k8s.real.cli_realcondor", "a real HTCondor 25 or 23.9 (up/down/status)"),
     (("testbed", "real-kube"), "ce_k8s.real.cli_realkube",

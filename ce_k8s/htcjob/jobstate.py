@@ -25,7 +25,7 @@ STATE_NAMES = {IDLE: "Idle", RUNNING: "Running", REMOVED: "Removed", COMPLETED: 
 #: The attributes read from every job ad (the projection of every query).
 ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "ExitSignal", "HoldReason",
          "HoldReasonCode", "JobStartDate", "CompletionDate", "EnteredCurrentStatus", "NumJobStarts",
-         "RemoveReason", "HTCJobUid", "HTCJobAbandoned")
+         "RemoveReason", "HTCJobUid", "HTCJobAbandoned", "Managed")
 CONDITION_TYPES = ("SpecValid", "Submitted", "Running", "Held", "Completed", "Failed",
                    "ScheddReachable", "OutputDelivered")
 
@@ -72,6 +72,11 @@ def proc_state(ad: dict[str, Any]) -> ProcState:
     state = STATE_NAMES.get(status, "Unknown")
     if status == HELD and hold_code == SPOOLING_INPUT:
         state = "Idle"               # waiting for the operator's upload, not a hold a user must act on
+    if status == COMPLETED and ad.get("Managed") == "External":
+        # A job router still manages it (an HTCJob sent to a CE): the router mirrors the routed
+        # job's JobStatus 4 before its finalize hook has written the output into the job's spool
+        # (measured: 2 s before). Done only once the router lets go (Managed "ScheddDone").
+        status, state = RUNNING, "Running"
     p = ProcState(proc=int(ad.get("ProcId", 0)), state=state, status=status,
                   start=ad.get("JobStartDate") or None)
     if status == HELD and hold_code != SPOOLING_INPUT:

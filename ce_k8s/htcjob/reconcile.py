@@ -12,13 +12,15 @@ anywhere (operator killed, API server or schedd gone) is finished by the next on
   deleted resource always gets its jobs removed.
 * **The schedd is the truth.** Counts, per-proc states, exit codes and hold reasons are read from
   the job ads every pass (ce_k8s.htcjob.jobstate); the operator keeps nothing of its own.
-* **Output, then release.** A spooled cluster stays in the queue after it completes (HTCondor's
-  LeaveJobInQueue for spooled jobs) until its output is retrieved; the pass retrieves it, writes it
-  where the spec says, and only then lets the jobs leave the queue (`LeaveJobInQueue = false`).
+* **Output kept until delivered.** A spooled cluster stays in the queue after it completes
+  (HTCondor's LeaveJobInQueue for spooled jobs) until its output is retrieved, then leaves on its
+  own; the pass retrieves it and writes it where the spec says. The retrieved files stay in the
+  work directory until they are delivered, so a pass cut in between delivers them next time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import shutil
@@ -246,25 +248,33 @@ class Pass:
 
     def deliver(self, spec: HTCJobSpec, schedd: Schedd, cluster: int, ads: list[dict[str, Any]],
                 summary: jobstate.Summary) -> None:
+        """Retrieve the finished cluster's output and put it where the spec says.
+
+        A spooled job stays in the queue after it completes until its output is retrieved, and
+        leaves on its own once it has been (HTCondor's LeaveJobInQueue for spooled jobs tests
+        StageOutFinish). A pass cut after the retrieve finds the jobs gone but the files in the
+        work directory, and delivers those; only with neither is the output gone.
+        """
         out = self.status["output"]
         waiting = [ad for ad in ads if ad.get("_source") == "queue" and ad.get("JobStatus") == COMPLETED]
         done = [p.proc for p in summary.procs if p.status == COMPLETED]
-        if done and not waiting:
+        outdir = self.work / "out"
+        if waiting:
+            for proc in done:
+                submitdesc.proc_dir(self.work, proc).mkdir(parents=True, exist_ok=True)
+            schedd.retrieve(cluster)
+        elif done and not any(f.is_file() for f in outdir.glob("*/*")):
             out["delivered"] = True
             self.cond("OutputDelivered", False, "OutputGone",
                       "the jobs left the queue before their output was retrieved")
             return
         try:
-            if waiting:
-                for proc in done:
-                    submitdesc.proc_dir(self.work, proc).mkdir(parents=True, exist_ok=True)
-                schedd.retrieve(cluster)
             if spec.output.claim:
-                where = output.to_claim(self.work / "out", done, self.ctx.claims_root, spec.output.claim,
+                where = output.to_claim(outdir, done, self.ctx.claims_root, spec.output.claim,
                                         spec.output.path, self.name)
                 out.update(path=str(where), truncated=False)
             else:
-                cm = output.to_configmap(self.work / "out", done)
+                cm = output.to_configmap(outdir, done)
                 cm_name = spec.output.config_map or f"{self.name}-output"
                 self.ctx.kube.put_output(self.ns, cm_name, self.obj, cm.data, cm.binary)
                 out.update(configMap=cm_name, truncated=cm.truncated)
@@ -273,8 +283,6 @@ class Pass:
             self.status["message"] = str(exc)
             log.warning("htcjob %s: %s", self.key, exc)
             return
-        if waiting:
-            schedd.edit(f"ClusterId == {cluster} && JobStatus == {COMPLETED}", "LeaveJobInQueue", "false")
         out["delivered"] = True
         msg = str(out.get("configMap") or out.get("path"))
         if out.get("truncated"):
@@ -299,7 +307,11 @@ class Pass:
                     n = schedd.remove(constraint, f"HTCJob {self.key} was deleted")
                     log.info("htcjob %s: deleted; removing %d job(s) (%d acted on)", self.key, len(live), n)
                 if any(ad.get("JobStatus") == COMPLETED for ad in ads):
-                    schedd.edit(f"{uid_constraint(self.uid)} && JobStatus == {COMPLETED}", "LeaveJobInQueue", "false")
+                    # Completed, output never fetched: let them leave. They may have left already
+                    # (a query is a moment old), which the edit reports as an error: the next pass looks.
+                    with contextlib.suppress(ScheddUnreachable):
+                        schedd.edit(f"{uid_constraint(self.uid)} && JobStatus == {COMPLETED}",
+                                    "LeaveJobInQueue", "false")
                 if ads:
                     return 1.0           # until the schedd has let them all go
             except (ScheddUnreachable, TargetError) as exc:

@@ -56,7 +56,9 @@ class Schedd(Protocol):
 
 
 def uid_constraint(uid: str) -> str:
-    return f'{UID_ATTR} == "{uid}" && {ABANDONED_ATTR} =!= true'
+    """The resource's own jobs: its uid, not given up, and not a job router's copy of one (a CE's
+    router copies every attribute, HTCJobUid too, into the job it routes: those are the router's)."""
+    return f'{UID_ATTR} == "{uid}" && {ABANDONED_ATTR} =!= true && RoutedFromJobId =?= undefined'
 
 
 def _plain(ad) -> dict[str, Any]:
@@ -169,7 +171,10 @@ class HTCondorSchedd:
 
     def remove(self, constraint: str, reason: str) -> int:
         def remove(htcondor2, schedd):
-            result = schedd.act(htcondor2.JobAction.Remove, constraint, reason)
+            # A tuple: htcondor2 25.14's act() drops a reason given as a plain string (it reads
+            # only a (text, code) tuple and sends "Python-initiated action" otherwise; measured:
+            # no RemoveReason in the history).
+            result = schedd.act(htcondor2.JobAction.Remove, constraint, (reason, 0))
             return int(result.get("TotalSuccess", 0)) if result is not None else 0
 
         return self._call("remove", remove)

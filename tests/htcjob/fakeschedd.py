@@ -3,7 +3,8 @@ tests on the real API server where the point is the Kubernetes side: faults and 
 schedd will not give on demand (a cut upload, an unreachable schedd). It keeps the real schedd's
 rules the operator depends on, each checked on the real one in tests/e2e/test_htcjob_condor.py:
 a spooled cluster is held (code 16) until its input is uploaded; a completed spooled job stays in
-the queue until `LeaveJobInQueue` is set false; a removed job goes to the history at once.
+the queue until its output is retrieved (or `LeaveJobInQueue` is set false), then leaves; a
+removed job goes to the history at once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ce_k8s.htcjob.jobstate import COMPLETED, HELD, IDLE, REMOVED, RUNNING, SPOOLING_INPUT
-from ce_k8s.htcjob.schedd import ScheddUnreachable, SubmitRefused
+from ce_k8s.htcjob.schedd import ScheddUnreachable, SubmitRefused, uid_constraint
 from ce_k8s.htcjob.submitdesc import ABANDONED_ATTR, STDERR, STDOUT, UID_ATTR
 
 
@@ -46,6 +47,8 @@ class FakeSchedd:
                 ok &= ad.get(UID_ATTR) == clause.split('"')[1]
             elif clause.startswith(f"{ABANDONED_ATTR} =!= true"):
                 ok &= ad.get(ABANDONED_ATTR) is not True
+            elif clause.startswith("RoutedFromJobId =?= undefined"):
+                ok &= "RoutedFromJobId" not in ad
             elif clause.startswith("ClusterId =="):
                 ok &= ad["ClusterId"] == int(clause.split("==")[1])
             elif clause.startswith("JobStatus !="):
@@ -59,7 +62,7 @@ class FakeSchedd:
     def jobs(self, uid: str, expected: int) -> list[dict[str, Any]]:
         with self.lock:
             self._check()
-            c = f'{UID_ATTR} == "{uid}" && {ABANDONED_ATTR} =!= true'
+            c = uid_constraint(uid)
             ads = [{**ad, "_source": "queue"} for ad in self.queue.values() if self._match(c, ad)]
             if len(ads) < max(expected, 1):
                 ads += [{**ad, "_source": "history"} for ad in self.history if self._match(c, ad)]
@@ -111,6 +114,9 @@ class FakeSchedd:
                 assert iwd.is_dir(), f"retrieve needs the submit-side initialdir {iwd}"
                 for name, text in self.outputs.get((c, proc), {}).items():
                     (iwd / name).write_text(text)
+            # Retrieved, a spooled job leaves the queue on its own (StageOutFinish is set).
+            for key in [k for k, ad in self.queue.items() if k[0] == cluster and ad["JobStatus"] == COMPLETED]:
+                self.history.append(self.queue.pop(key))
 
     def edit(self, constraint: str, attr: str, value: str) -> None:
         with self.lock:

@@ -27,6 +27,13 @@ def test_phases_in_order():
     assert phase([ad(0, COMPLETED, ExitCode=0), ad(1, REMOVED)], delivered=True) == "Failed"
 
 
+def test_a_completed_job_a_router_still_manages_is_not_done():
+    """On a CE, the router mirrors JobStatus 4 before its finalize hook wrote the output."""
+    assert phase([ad(0, COMPLETED, ExitCode=0, Managed="External")], delivered=True) == "Running"
+    assert not summarise([ad(0, COMPLETED, ExitCode=0, Managed="External")]).finished
+    assert phase([ad(0, COMPLETED, ExitCode=0, Managed="ScheddDone")], delivered=True) == "Completed"
+
+
 def test_counts_and_the_queue_wins_over_history():
     s = summarise([ad(0, RUNNING), ad(0, COMPLETED, ExitCode=0), ad(1, COMPLETED, ExitCode=1),
                    ad(2, HELD, HoldReasonCode=16), ad(3, HELD, HoldReasonCode=13, HoldReason="disk")])
