@@ -297,6 +297,10 @@ class Pass:
             spec = parse_spec(self.obj.get("spec"))
         except SpecError:
             spec = None                  # never submitted anything
+        if self.old_status.get("phase") in TERMINAL:
+            # Every job is done and out of the queue (or none was ever submitted): nothing to ask
+            # the schedd, whose token Secret may already be gone with a namespace being deleted.
+            spec = None
         if spec is not None:
             try:
                 schedd = self.ctx.schedd_for(spec.target, self.ns)

@@ -49,13 +49,18 @@ def bed(real_kube):
         htc.start_operator()
         yield htc
     finally:
-        # The namespace goes while the operator runs, so its finalizers are honoured and no
-        # resource is left for another bed's operator to find.
-        real_kube.kubectl("delete", "namespace", htc.namespace, "--ignore-not-found", "--timeout=120s", check=False)
-        htc.stop_operator()
-        condor.down(progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
-        server.stop()
-        shutil.rmtree(state, ignore_errors=True)
+        try:
+            # The namespace goes while the operator runs, so its finalizers are honoured and no
+            # resource is left for another bed's operator to find.
+            real_kube.kubectl("delete", "namespace", htc.namespace, "--ignore-not-found", "--timeout=100s",
+                              check=False, timeout=120)
+        finally:
+            htc.stop_operator()
+            condor.down(progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
+            server.stop()
+            shutil.rmtree(state, ignore_errors=True)
+    assert real_kube.kubectl("get", "namespace", htc.namespace, check=False).returncode != 0, \
+        "the test namespace was not deleted: an HTCJob's finalizer held it"
 
 
 def uid_of(bed: HTCJobBed, name: str) -> str:
@@ -158,6 +163,33 @@ def test_a_spec_the_operator_cannot_serve_gets_a_condition_and_nothing_is_submit
     assert "requirements" in st["message"].lower() or "parse" in st["message"].lower(), st["message"]
     for name in ("no-input", "bad-submit"):
         assert bed.jobs(uid_of(bed, name)) == [], f"{name}: something was submitted"
+
+
+def test_inputs_a_remote_target_by_token_secret_and_output_to_a_claim(bed):
+    """What a user names in the namespace: a ConfigMap and a Secret as input files, the schedd by
+    collector and a token Secret (the same batch schedd, reached as a remote one), and a claim the
+    site mounted into the operator for the output."""
+    ns = bed.namespace
+    bed.kube.kubectl("create", "configmap", "params", "-n", ns, "--from-literal=params.txt=alpha beta")
+    bed.kube.kubectl("create", "secret", "generic", "creds", "-n", ns, "--from-literal=key.txt=s3cr3t")
+    bed.kube.kubectl("create", "secret", "generic", "schedd-token", "-n", ns,
+                     f"--from-file=token={bed.token_file}")
+    (bed.work / "claims" / "results").mkdir(parents=True, exist_ok=True)    # the site's mount
+    bed.apply("inputs", {
+        "queue": 2, "script": script('cat params.txt; echo; cat key.txt; echo\necho "$1" > index.txt\n'),
+        "input": [{"configMap": "params"}, {"secret": "creds", "keys": ["key.txt"]}],
+        "target": {"collector": bed.condor.collector_address, "schedd": bed.condor.batch_name,
+                   "tokenSecret": {"name": "schedd-token"}},
+        "output": {"pvc": {"claimName": "results", "path": "runs/today"}},
+        "env": [{"name": "WHO", "value": "user"}]})
+    st = bed.wait("inputs", phase_is("Completed", "Failed"), 120, "completion")["status"]
+    assert st["phase"] == "Completed", st
+    dest = bed.work / "claims" / "results" / "runs" / "today" / "inputs"
+    assert st["output"]["path"] == str(dest)
+    for proc in (0, 1):
+        assert (dest / str(proc) / "stdout").read_text() == "alpha beta\ns3cr3t\n"
+        assert (dest / str(proc) / "index.txt").read_text() == f"{proc}\n"
+    assert bed.output("inputs") == {}        # no ConfigMap when the output goes to a claim
 
 
 def test_both_directions_an_htcjob_to_the_ce_becomes_a_pod(bed):

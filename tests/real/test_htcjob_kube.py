@@ -170,6 +170,37 @@ def test_the_spec_cannot_change_once_created(htcjob_crd, user_ns, custom):
     assert err.value.status == 422 and "cannot change once submitted" in err.value.body
 
 
+def test_the_whole_kustomization_is_admitted_as_shipped(htcjob_crd, tmp_path):
+    """`kubectl apply -k containers/k8s/htcjob` as a site runs it, judged by the real API server's
+    admission (a server-side dry run); and the operator's pod passes the `restricted` Pod Security
+    level (ce-k8s-system is `baseline` for the CE's own pod, so the Deployment is also tried in a
+    namespace that enforces `restricted`: a pod it would refuse makes the API server warn)."""
+    import yaml
+
+    proc = htcjob_crd.kubectl("apply", "--server-side", "-k", str(MANIFESTS), "--dry-run=server", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "deployment.apps/ce-k8s-htcjob-operator" in proc.stdout
+    ns = f"restricted-{os.urandom(3).hex()}"
+    htcjob_crd.kubectl("create", "namespace", ns)
+    try:
+        htcjob_crd.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                           "pod-security.kubernetes.io/warn=restricted")
+        deployment = yaml.safe_load((MANIFESTS / "deployment.yaml").read_text())
+        deployment["metadata"]["namespace"] = ns
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] = "default"
+        path = tmp_path / "deployment.json"
+        path.write_text(json.dumps(deployment))
+        proc = htcjob_crd.kubectl("apply", "-f", str(path), "--dry-run=server", check=False)
+        assert proc.returncode == 0 and "PodSecurity" not in proc.stderr, proc.stderr
+        # The judge can refuse: the same pod with root allowed is warned about.
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] = False
+        path.write_text(json.dumps(deployment))
+        proc = htcjob_crd.kubectl("apply", "-f", str(path), "--dry-run=server", check=False)
+        assert 'violate PodSecurity "restricted' in proc.stderr, proc.stderr
+    finally:
+        htcjob_crd.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 # ------------------------------------------------------------------------------------- rights
 
 
@@ -366,3 +397,23 @@ def test_inputs_and_token_are_read_from_the_namespace(operator_kubeconfig, user_
         admin_core.create_namespaced_secret(user_ns, {"metadata": {"name": "tok"},
                                                       "data": {"token": base64.b64encode(b"eyJ.x.y").decode()}})
         wait_for(lambda: status_of(custom, user_ns, "remote").get("jobId"), what="submitted remotely")
+
+
+def test_a_finished_htcjob_goes_even_when_its_token_secret_went_first(operator_kubeconfig, user_ns, custom,
+                                                                     admin_core):
+    """Deleting a namespace deletes the token Secret too, in no set order: a finished HTCJob has
+    nothing left in the schedd, so its finalizer must not wait for a schedd it can no longer reach."""
+    schedd = FakeSchedd()
+    admin_core.create_namespaced_secret(user_ns, {"metadata": {"name": "tok"},
+                                                  "data": {"token": base64.b64encode(b"eyJ.x.y").decode()}})
+    create(custom, user_ns, htcjob("finished", target={"collector": "cm.example:9618", "schedd": "s",
+                                                        "tokenSecret": {"name": "tok"}}))
+    with running_operator(operator_kubeconfig, user_ns, schedd):
+        cluster = int(wait_for(lambda: status_of(custom, user_ns, "finished").get("jobId"), what="submitted"))
+        schedd.start(cluster, 0)
+        schedd.finish(cluster, 0, 0, stdout="ok\n")
+        wait_for(lambda: status_of(custom, user_ns, "finished").get("phase") == "Completed", what="completed")
+        admin_core.delete_namespaced_secret("tok", user_ns)
+        schedd.unreachable = True           # and nothing to ask it anyway
+        custom.delete_namespaced_custom_object(GROUP, VERSION, user_ns, PLURAL, "finished")
+        wait_for(lambda: absent(custom, user_ns, "finished"), what="the finished resource to go")
