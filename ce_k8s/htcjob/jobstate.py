@@ -116,6 +116,7 @@ class Summary:
             "succeeded": self.count(lambda p: p.succeeded),
             "failed": self.count(lambda p: p.status == COMPLETED and not p.succeeded),
             "removed": self.count(lambda p: p.status == REMOVED),
+            "active": self.count(lambda p: not p.done),
         }
 
 

@@ -62,6 +62,7 @@ class HTCJobSpec:
     queue: int
     command: tuple[str, ...] = ()
     script: str | None = None
+    interpreter: tuple[str, ...] = ()   # runs the script: `<interpreter...> htcjob.sh <index>`
     image: str | None = None
     cpus: int = 1
     memory_mib: int | None = None
@@ -121,6 +122,7 @@ def parse_spec(raw: Any) -> HTCJobSpec:
         raise SpecError("spec: give exactly one of command or script")
     cmd: tuple[str, ...] = ()
     source = None
+    interpreter: tuple[str, ...] = ()
     if command is not None:
         if not isinstance(command, list) or not command or not all(isinstance(w, str) for w in command):
             raise SpecError("spec.command must be a non-empty list of strings")
@@ -129,8 +131,14 @@ def parse_spec(raw: Any) -> HTCJobSpec:
         cmd = tuple(command)
     else:
         source = _str(script.get("source"), "spec.script.source")
-        if not source.startswith("#!"):
-            raise SpecError("spec.script.source must start with an interpreter line (#!/bin/sh, ...)")
+        words = script.get("interpreter")
+        if words is not None:
+            if not isinstance(words, list) or not words or not all(isinstance(w, str) and w for w in words):
+                raise SpecError("spec.script.interpreter must be a non-empty list of strings")
+            interpreter = tuple(words)
+        elif not source.startswith("#!"):
+            raise SpecError("spec.script.source must start with an interpreter line (#!/bin/sh, ...) "
+                            "or name an interpreter")
     resources = _dict(spec.get("resources"), "spec.resources")
     env = []
     for i, item in enumerate(spec.get("env") or []):
@@ -185,7 +193,7 @@ def parse_spec(raw: Any) -> HTCJobSpec:
     image = _str(spec.get("image"), "spec.image", optional=True)
     return HTCJobSpec(
         queue=_int(spec.get("queue"), "spec.queue", 1, 1, 10000),
-        command=cmd, script=source, image=image or None,
+        command=cmd, script=source, interpreter=interpreter, image=image or None,
         cpus=_int(resources.get("cpus"), "spec.resources.cpus", 1, 1, 1024),
         memory_mib=_size(resources.get("memory"), "spec.resources.memory", 2 ** 20),
         disk_kib=_size(resources.get("disk"), "spec.resources.disk", 2 ** 10),

@@ -54,7 +54,14 @@ def describe(spec: HTCJobSpec, *, uid: str, name: str, namespace: str, work: Pat
     the script, when there is one, is `<work>/in/htcjob.sh`.
     """
     desc: dict[str, str] = {}
-    if spec.script is not None:
+    if spec.script is not None and spec.interpreter:
+        # The interpreter is on the execute node (or in the image); the script travels as input.
+        desc["executable"] = _literal(spec.interpreter[0])
+        desc["transfer_executable"] = "false"
+        words = _v2_quoted([*spec.interpreter[1:], SCRIPT_NAME])
+        desc["arguments"] = words[:-1] + ' $(ProcId)"'
+        input_files = [*input_files, work / "in" / SCRIPT_NAME]
+    elif spec.script is not None:
         desc["executable"] = str(work / "in" / SCRIPT_NAME)
         desc["arguments"] = '"$(ProcId)"'
     else:

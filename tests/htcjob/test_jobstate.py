@@ -38,7 +38,7 @@ def test_counts_and_the_queue_wins_over_history():
     s = summarise([ad(0, RUNNING), ad(0, COMPLETED, ExitCode=0), ad(1, COMPLETED, ExitCode=1),
                    ad(2, HELD, HoldReasonCode=16), ad(3, HELD, HoldReasonCode=13, HoldReason="disk")])
     assert s.counts == {"submitted": 4, "idle": 1, "running": 1, "held": 1, "succeeded": 0, "failed": 1,
-                        "removed": 0}
+                        "removed": 0, "active": 3}
     assert [p.as_status()["state"] for p in s.procs] == ["Running", "Completed", "Idle", "Held"]
     assert s.procs[3].as_status()["holdReason"] == "disk"
 

@@ -31,6 +31,15 @@ def test_arguments_and_environment_survive_quoting_and_macros():
     assert desc["MY.HTCJobUid"] == '"u-1"' and desc["initialdir"] == "/w/out/$(ProcId)"
 
 
+def test_an_interpreter_runs_the_uploaded_script_with_the_index():
+    """htc-operator's `script.command` + `script.source`: the interpreter, then the script, then the index."""
+    spec = parse_spec({"script": {"source": "echo A\n", "interpreter": ["bash", "-e"]}, "queue": 2})
+    desc = describe(spec, uid="u", name="n", namespace="ns", work=Path("/w"), input_files=[Path("/w/in/a")])
+    assert desc["executable"] == "bash" and desc["transfer_executable"] == "false"
+    assert split_v2_raw(_unquote(desc["arguments"])) == ["-e", "htcjob.sh", "$(ProcId)"]
+    assert desc["transfer_input_files"] == "/w/in/a,/w/in/htcjob.sh"
+
+
 def test_a_script_is_uploaded_and_gets_its_index():
     spec = parse_spec({"script": {"source": "#!/bin/sh\n"}, "queue": 2, "image": "alpine:3",
                        "resources": {"memory": "1Gi"}, "submit": {"+ProjectName": '"physics"'}})

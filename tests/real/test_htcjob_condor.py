@@ -71,6 +71,8 @@ def test_queue_3_runs_on_the_real_startd_with_exit_codes_and_output(bed):
     bed.apply("mixed", {"queue": 3, "script": script('echo "proc $1 as $(id -un) index $HTCJOB_INDEX"\n'
                                                       'echo "err $1" >&2\necho "r$1" > result.txt\n' + RESULT)})
     bed.apply("fine", {"queue": 2, "command": ["/bin/echo", "it's", "$HOME", "two words"]})
+    bed.apply("interpreted", {"queue": 2, "script": {"source": 'echo "sh ran me with $1"\n',
+                                                      "interpreter": ["/bin/sh", "-e"]}})
     obj = bed.wait("mixed", phase_is("Failed", "Completed"), 180, "mixed to finish")
     st = obj["status"]
     assert st["phase"] == "Failed" and (st["succeeded"], st["failed"]) == (2, 1)
@@ -89,6 +91,9 @@ def test_queue_3_runs_on_the_real_startd_with_exit_codes_and_output(bed):
     assert fine["status"]["phase"] == "Completed"
     # Arguments reach execve() as written: no shell, no macro expansion.
     assert bed.output("fine")["1.stdout"] == "it's $HOME two words\n"
+    interpreted = bed.wait("interpreted", phase_is("Completed", "Failed"), 120, "interpreted to finish")
+    assert interpreted["status"]["phase"] == "Completed"
+    assert bed.output("interpreted")["1.stdout"] == "sh ran me with 1\n"
     row = bed.row("fine").split()
     assert row[:8] == ["fine", "Completed", "2", "0", "0", "0", "2", "0"]
 

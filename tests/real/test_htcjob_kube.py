@@ -160,6 +160,11 @@ def test_the_schema_refuses_bad_specs_at_apply(htcjob_crd, user_ns, tmp_path):
     assert htcjob_crd.kubectl("get", "htcjobs", "-n", user_ns, "-o", "name").stdout.strip() == ""
 
 
+def test_a_script_without_an_interpreter_line_needs_an_interpreter(htcjob_crd, user_ns, custom):
+    created = create(custom, user_ns, htcjob("interp", script={"source": "echo A", "interpreter": ["bash"]}))
+    assert created["spec"]["script"]["interpreter"] == ["bash"] and created["spec"]["queue"] == 1
+
+
 def test_the_spec_cannot_change_once_created(htcjob_crd, user_ns, custom):
     create(custom, user_ns, htcjob("fixed", command=["/bin/echo", "a"]))
     from kubernetes.client.exceptions import ApiException
