@@ -1,0 +1,187 @@
+"""The HTCJob operator's Kubernetes side at size, on the real control plane, against its floor.
+
+    python bench/bench_htcjob.py [--htcjobs N] [--state DIR] [--json]
+
+One run, as root, on a control plane it finds up at `--state` (or brings up and down):
+
+1. **floor** (the reference, same run): for N HTCJobs, exactly the API writes a pass makes for a
+   one-proc job from create to Completed (finalizer patch, status Submitted, output ConfigMap,
+   status Completed), done by a plain sequential loop with the admin client: `floor_s`.
+2. **operator**: N more HTCJobs created at once; the operator (in-process, on its ServiceAccount's
+   token, `--poll` 0.5 s) takes each to Completed through a schedd that completes every job the
+   moment it is submitted (`InstantSchedd`: the schedd is not what is measured):
+   `operator_s` (first create to last Completed), `passes`, `operator_rss_mb` (VmRSS of this
+   process, the operator's whole footprint here).
+
+`ratio` = operator_s / floor_s: what the watch, the queue and the passes cost over the writes
+themselves. Figures go to docs/performance.md ("HTCJob operator").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ce_k8s.htcjob.jobstate import COMPLETED  # noqa: E402
+from ce_k8s.htcjob.operator import Operator  # noqa: E402
+from ce_k8s.htcjob.reconcile import FINALIZER, GROUP, PLURAL, VERSION  # noqa: E402
+from ce_k8s.htcjob.spec import Target  # noqa: E402
+from ce_k8s.htcjob.submitdesc import STDOUT, UID_ATTR  # noqa: E402
+from ce_k8s.real.kube import RealKube  # noqa: E402
+
+MANIFESTS = ROOT / "containers" / "k8s" / "htcjob"
+
+
+class InstantSchedd:
+    """Every submitted job is completed at once with exit code 0 and one line of output."""
+
+    name = "instant@bench"
+
+    def __init__(self) -> None:
+        self.jobs_by_uid: dict[str, list[dict[str, Any]]] = {}
+        self.dirs: dict[int, str] = {}
+        self.cluster = 0
+        self.lock = threading.Lock()
+
+    def jobs(self, uid: str, expected: int) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(ad) for ad in self.jobs_by_uid.get(uid, [])]
+
+    def submit(self, description: dict[str, str], count: int) -> int:
+        with self.lock:
+            self.cluster += 1
+            uid = description[f"MY.{UID_ATTR}"].strip('"')
+            self.jobs_by_uid[uid] = [{"ClusterId": self.cluster, "ProcId": p, "JobStatus": COMPLETED, "ExitCode": 0,
+                                      "_source": "queue"} for p in range(count)]
+            self.dirs[self.cluster] = description["initialdir"]
+            return self.cluster
+
+    def retrieve(self, cluster: int) -> None:
+        iwd = Path(self.dirs[cluster].replace("$(ProcId)", "0"))
+        (iwd / STDOUT).write_text(f"cluster {cluster}\n")
+        with self.lock:
+            for ads in self.jobs_by_uid.values():
+                for ad in ads:
+                    if ad["ClusterId"] == cluster:
+                        ad["_source"] = "history"
+
+    def remove(self, constraint: str, reason: str) -> int:
+        return 0
+
+    def edit(self, constraint: str, attr: str, value: str) -> None:
+        return None
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "HTCJob", "metadata": {"name": name},
+            "spec": {"script": {"source": "#!/bin/sh\necho hi\n"}}}
+
+
+def floor(custom, core, ns: str, n: int) -> float:
+    """The writes a pass makes for one job, done by a plain loop: the API's own cost."""
+    t0 = time.monotonic()
+    for i in range(n):
+        obj = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _body(f"floor-{i}"))
+        name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
+                                              {"metadata": {"finalizers": [FINALIZER], "resourceVersion": rv}})
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name,
+                                                     {"status": {"phase": "Submitted", "jobId": str(i)}})
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-output"}, "data": {"0.stdout": "x"}})
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name,
+                                                     {"status": {"phase": "Completed"}})
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--htcjobs", type=int, default=200)
+    ap.add_argument("--state", default="/var/tmp/ce-k8s-bench-htcjob-kube")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    from kubernetes import client
+    from kubernetes.config import new_client_from_config
+
+    kube = RealKube(args.state)
+    own = not kube.status().get("up")
+    if own:
+        kube.up(progress=lambda m: print(f"kube: {m}", file=sys.stderr))
+    work = Path(tempfile.mkdtemp(prefix="bench-htcjob-"))
+    ns = f"bench-htcjob-{os.urandom(3).hex()}"
+    floor_ns = f"{ns}-floor"            # the operator watches `ns` only
+    result: dict[str, Any] = {"htcjobs": args.htcjobs}
+    try:
+        for name in ("crd.yaml", "namespace.yaml", "rbac.yaml"):
+            kube.kubectl("apply", "--server-side", "-f", str(MANIFESTS / name))
+        kube.kubectl("wait", "--for=condition=Established", "crd/htcjobs.ce-k8s.io", "--timeout=60s")
+        kube.kubectl("create", "namespace", ns)
+        kube.kubectl("create", "namespace", floor_ns)
+        kube.kubectl("create", "rolebinding", "ce-k8s-htcjob-operator", "-n", ns,
+                     "--clusterrole=ce-k8s-htcjob-operator-namespace",
+                     "--serviceaccount=ce-k8s-system:ce-k8s-htcjob-operator")
+        admin = new_client_from_config(config_file=str(kube.admin_kubeconfig))
+        custom, core = client.CustomObjectsApi(admin), client.CoreV1Api(admin)
+        result["floor_s"] = round(floor(custom, core, floor_ns, args.htcjobs), 2)
+        schedd = InstantSchedd()
+        op_api = new_client_from_config(config_file=str(kube.service_account_kubeconfig(
+            "ce-k8s-system", "ce-k8s-htcjob-operator", work / "operator.kubeconfig")))
+        op = Operator(op_api, namespace=ns, default_target=Target(schedd="bench"), default_token=None,
+                      work_root=work / "work", claims_root=work / "claims", poll=0.5,
+                      schedd_factory=lambda *key: schedd)
+        rss0 = _rss_mb()
+        t0 = time.monotonic()
+        for i in range(args.htcjobs):
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, _body(f"op-{i}"))
+        thread = threading.Thread(target=op.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 900
+        done = 0
+        while time.monotonic() < deadline:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+            done = sum(1 for o in items if o["metadata"]["name"].startswith("op-")
+                       and (o.get("status") or {}).get("phase") == "Completed")
+            if done == args.htcjobs:
+                break
+            time.sleep(0.5)
+        result["operator_s"] = round(time.monotonic() - t0, 2)
+        result["completed"] = done
+        result["passes"] = op.passes
+        result["operator_rss_mb"] = round(_rss_mb(), 1)
+        result["operator_rss_growth_mb"] = round(_rss_mb() - rss0, 1)
+        result["ratio"] = round(result["operator_s"] / result["floor_s"], 2)
+        op.stop.set()
+        thread.join(timeout=15)
+    finally:
+        for name in (ns, floor_ns):
+            listed = json.loads(kube.kubectl("get", "htcjobs", "-n", name, "-o", "json", check=False).stdout or "{}")
+            for item in listed.get("items", []):        # the floor's finalizers have no operator
+                kube.kubectl("patch", "htcjob", item["metadata"]["name"], "-n", name, "--type=merge",
+                             "-p", '{"metadata":{"finalizers":null}}', check=False)
+            kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        if own:
+            kube.down(progress=lambda m: print(f"kube: {m}", file=sys.stderr))
+    print(json.dumps(result, indent=None if args.json else 1))
+    return 0 if result.get("completed") == args.htcjobs else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
