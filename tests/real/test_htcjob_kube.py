@@ -422,3 +422,19 @@ def test_a_finished_htcjob_goes_even_when_its_token_secret_went_first(operator_k
         schedd.unreachable = True           # and nothing to ask it anyway
         custom.delete_namespaced_custom_object(GROUP, VERSION, user_ns, PLURAL, "finished")
         wait_for(lambda: absent(custom, user_ns, "finished"), what="the finished resource to go")
+
+
+def test_output_never_overwrites_a_configmap_the_htcjob_does_not_own(operator_kubeconfig, user_ns, custom,
+                                                                     admin_core):
+    admin_core.create_namespaced_config_map(user_ns, {"metadata": {"name": "mine-output"},
+                                                      "data": {"notes": "the user's own"}})
+    schedd = FakeSchedd()
+    create(custom, user_ns, htcjob("mine"))
+    with running_operator(operator_kubeconfig, user_ns, schedd):
+        cluster = int(wait_for(lambda: status_of(custom, user_ns, "mine").get("jobId"), what="submitted"))
+        schedd.start(cluster, 0)
+        schedd.finish(cluster, 0, 0, stdout="out\n")
+        st = wait_for(lambda: (s := status_of(custom, user_ns, "mine")) and
+                      cond(s, "OutputDelivered").get("reason") == "OutputFailed" and s, what="the refusal")
+        assert "is not this HTCJob's" in cond(st, "OutputDelivered")["message"]
+    assert admin_core.read_namespaced_config_map("mine-output", user_ns).data == {"notes": "the user's own"}
