@@ -192,3 +192,47 @@ def test_the_ce_collector_has_the_catalog_osg_autoconf_reads(env):
     _wait(lambda: (ad() or {}).get("K8sInfoError") == "", timeout=60, poll=2, what="K8sInfoError cleared")
     assert ad()["K8sInfoStatus"] == "OK"
     assert _ce(env, "condor_ce_status", "-schedd", "-af", "Status").split() == ["OK"]   # the CE's health
+
+
+def _ce_daemon_pids(env: StockCE, program: str) -> list[int]:
+    """The CE host's `program` processes (the factory host runs its own schedd: told apart by the
+    CONDOR_CONFIG its master gave them)."""
+    pids = []
+    for pid in _processes_in(env.root):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(program.encode()) and b"CONDOR_CONFIG=/etc/condor-ce/condor_config" in environ:
+            pids.append(pid)
+    return pids
+
+
+def test_the_ces_schedd_and_router_killed_mid_run_lose_and_rerun_no_pilot(env):
+    """The restart test of the default bed, on HTCondor-CE's own configuration and the factory's
+    token path, made harsher: the CE's schedd and job router are SIGKILLed (the CE's own
+    ALLOW_ADMINISTRATOR refuses root's condor_restart here, docs/real-condor.md) and its master
+    starts them again. Every pilot completes on the one pod it had; none is run twice."""
+    from test_real_condor import _pods, _stats
+
+    before = _stats(env)["pods"]
+    demo = RealDemo(env, factory=True)
+    demo.submit([make_pilot(i, "cpu1", run_s=700) for i in range(3)])     # ~35 s each
+    _wait(lambda: sum(1 for p in _pods(env) if p.status.phase == "Running") == 3, timeout=180,
+          what="3 pods running")
+    first = {p.metadata.name: p.metadata.uid for p in _pods(env)}
+    for program in ("condor_schedd", "condor_job_router"):
+        victims = _ce_daemon_pids(env, program)
+        assert len(victims) == 1, (program, victims)
+        os.kill(victims[0], 9)
+        _wait(lambda p=program, old=victims[0]: (new := _ce_daemon_pids(env, p)) and new != [old], timeout=120,
+              what=f"the CE's master to start {program} again")
+    demo.run(timeout=300)
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert f"glidein {out.index} ran" in out.stdout
+    after = _stats(env)["pods"]
+    assert after["pods_created"] - before["pods_created"] == 3, "a pilot got a second pod"
+    assert after["recreated"] == before["recreated"] and after["overlapping"] == before["overlapping"]
+    assert len(first) == 3
