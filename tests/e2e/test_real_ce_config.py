@@ -214,7 +214,7 @@ def test_the_ces_schedd_and_router_killed_mid_run_lose_and_rerun_no_pilot(env):
     token path, made harsher: the CE's schedd and job router are SIGKILLed (the CE's own
     ALLOW_ADMINISTRATOR refuses root's condor_restart here, docs/real-condor.md) and its master
     starts them again. Every pilot completes on the one pod it had; none is run twice."""
-    from test_real_condor import _pods, _stats
+    from test_real_condor import _pods, _stats, assert_each_pilot_completed_on_one_pod
 
     before = _stats(env)["pods"]
     demo = RealDemo(env, factory=True)
@@ -229,10 +229,5 @@ def test_the_ces_schedd_and_router_killed_mid_run_lose_and_rerun_no_pilot(env):
         _wait(lambda p=program, old=victims[0]: (new := _ce_daemon_pids(env, p)) and new != [old], timeout=120,
               what=f"the CE's master to start {program} again")
     demo.run(timeout=300)
-    for out in demo.outcomes.values():
-        assert out.status == "completed", (out.job, out.status, out.hold_reason)
-        assert f"glidein {out.index} ran" in out.stdout
-    after = _stats(env)["pods"]
-    assert after["pods_created"] - before["pods_created"] == 3, "a pilot got a second pod"
-    assert after["recreated"] == before["recreated"] and after["overlapping"] == before["overlapping"]
+    assert_each_pilot_completed_on_one_pod(env, demo, before)
     assert len(first) == 3

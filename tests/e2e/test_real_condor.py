@@ -157,6 +157,17 @@ def test_condor_rm_deletes_the_running_pod(env, factory):
 
 
 # --------------------------------------------------------------------------------------- restarts
+def assert_each_pilot_completed_on_one_pod(env, demo: RealDemo, before: dict) -> None:
+    """Every pilot of `demo` completed with its output, and the emulator created exactly one pod
+    per pilot since `before` (its pod counters then): nothing lost, nothing run twice."""
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert f"glidein {out.index} ran" in out.stdout
+    after = _stats(env)["pods"]
+    assert after["pods_created"] - before["pods_created"] == len(demo.outcomes), "a pilot got a second pod"
+    assert after["recreated"] == before["recreated"] and after["overlapping"] == before["overlapping"]
+
+
 @ON_BOTH
 @pytest.mark.parametrize("daemons", [["schedd"], ["job_router"], ["schedd", "job_router"]],
                          ids=["schedd", "router", "both"])
@@ -172,12 +183,7 @@ def test_restart_keeps_every_pilot_on_its_one_pod(env, daemons):
     for daemon in daemons:
         env.run(["condor_restart", "-daemon", daemon])
     demo.run(timeout=240)
-    for out in demo.outcomes.values():
-        assert out.status == "completed", (out.job, out.status, out.hold_reason)
-        assert f"glidein {out.index} ran" in out.stdout
-    after = _stats(env)["pods"]
-    assert after["pods_created"] - before["pods_created"] == 3, "a pilot got a second pod"
-    assert after["recreated"] == before["recreated"] and after["overlapping"] == before["overlapping"]
+    assert_each_pilot_completed_on_one_pod(env, demo, before)
     assert len(first) == 3
     _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
 
