@@ -159,10 +159,7 @@ class Operator:
     def __init__(self, api_client, *, namespace: str | None, default_target: Target,
                  default_token: str | None, work_root: Path, claims_root: Path, poll: float,
                  upload_grace: float = 60.0, schedd_factory=None) -> None:
-        from kubernetes import client
-
         self.kube = Kube(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
         self.namespace = namespace
         self.default_target = default_target
         self.default_token = default_token
@@ -197,8 +194,8 @@ class Operator:
     # ------------------------------------------------------------------ watch
     def _list_call(self, **kw):
         if self.namespace:
-            return self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **kw)
-        return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+            return self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **kw)
+        return self.kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
 
     def _note(self, obj: dict[str, Any], event: str) -> None:
         meta = obj["metadata"]
@@ -210,7 +207,7 @@ class Operator:
                        bool(meta.get("deletionTimestamp")))
         if self._seen.get(key) != fingerprint:
             self._seen[key] = fingerprint
-            if not is_settled(obj) or meta.get("deletionTimestamp"):
+            if not is_settled(obj):           # a resource being deleted is never settled
                 self.queue.add(key)
 
     def watch(self) -> None:

@@ -177,6 +177,10 @@ class Pass:
                      ", ".join(f"{k} {v}" for k, v in counts.items() if v))
         self.status.update(counts, phase=phase, procs=[p.as_status() for p in summary.procs],
                            message=self._message(phase, summary))
+        undelivered = next((c for c in self.status["conditions"]
+                            if c["type"] == "OutputDelivered" and c["status"] == "False"), None)
+        if undelivered is not None and not self.status["message"]:
+            self.status["message"] = undelivered["message"]     # why the finished jobs are not Completed
         self.save()
         return None if phase in TERMINAL else self.ctx.poll
 

@@ -437,4 +437,5 @@ def test_output_never_overwrites_a_configmap_the_htcjob_does_not_own(operator_ku
         st = wait_for(lambda: (s := status_of(custom, user_ns, "mine")) and
                       cond(s, "OutputDelivered").get("reason") == "OutputFailed" and s, what="the refusal")
         assert "is not this HTCJob's" in cond(st, "OutputDelivered")["message"]
+        assert "is not this HTCJob's" in st["message"]       # the one line `kubectl get -o wide` shows
     assert admin_core.read_namespaced_config_map("mine-output", user_ns).data == {"notes": "the user's own"}
