@@ -81,6 +81,10 @@ JOB_ROUTER_ROUTE_NAMES = Slurm $(JOB_ROUTER_ROUTE_NAMES)
 BATCH_MARK = "TestBatchRoute"
 
 
+#: The annotation the agent puts on each pod: the CE job's GlobalJobId (ce_k8s.pods.builder).
+GJID_ANNOTATION = "ce-k8s.htcondor.org/global-job-id"
+
+
 @dataclass
 class PodTracker:
     """Counts pod creations per name and live pods per job from the store's own event stream
@@ -96,7 +100,7 @@ class PodTracker:
             return
         meta = ev.obj.get("metadata", {})
         name = meta.get("name", "")
-        job = (meta.get("annotations") or {}).get("ce-k8s.htcondor.org/global-job-id") or \
+        job = (meta.get("annotations") or {}).get(GJID_ANNOTATION) or \
             (meta.get("labels") or {}).get("ce-k8s.htcondor.org/job", name)
         with self.lock:
             if ev.type == "ADDED":
@@ -537,16 +541,19 @@ class TestBed:
 
     def disruption_turn(self) -> None:
         """Evict the first pod of each pilot marked ``evicted`` once it runs (policy/v1 Eviction,
-        so the pod gets the DisruptionTarget condition); API faults just delay it a tick."""
+        so the pod gets the DisruptionTarget condition); API faults just delay it a tick.
+
+        The pod's own phase decides, as in the real-HTCondor demo (ce_k8s.real.condordemo), not the
+        CE job's status: under injected faults and agent restarts the CE may learn of the start
+        only after a short pilot has ended, and the eviction never happened (a CI flake)."""
         from kubernetes.client.rest import ApiException
 
         for job, out in self.outcomes.items():
             if not out.pilot.evicted or job in self.evicted or out.status != "queued":
                 continue
-            ad = self.schedd.get(job)
-            if ad is None or eval_int(ad, "JobStatus") != JobStatus.RUNNING:
-                continue
-            pod = self._find_pod(out.pod) if out.pod else None
+            source = self.schedd.get(job)
+            gjid = eval_str(source, "GlobalJobId") if source is not None else None
+            pod = self._find_running_pod(gjid) if gjid else None
             if pod is None:
                 continue
             name, ns = pod
@@ -560,19 +567,22 @@ class TestBed:
                 continue
             self.evicted.add(job)
 
-    def _find_pod(self, name: str) -> tuple[str, str] | None:
-        if not hasattr(self.server, "store"):  # no store access: ask the API (one list call)
-            pods = self._core.list_pod_for_all_namespaces(field_selector=f"metadata.name={name}",
-                                                          _request_timeout=5).items
-            return next(((name, p.metadata.namespace) for p in pods if p.status.phase == "Running"), None)
-
-        def find() -> tuple[str, str] | None:
-            for obj in self.server.store.peek_list("pods"):
-                meta = obj.get("metadata", {})
-                if meta.get("name") == name and (obj.get("status") or {}).get("phase") == "Running":
-                    return name, meta.get("namespace", "")
+    def _find_running_pod(self, gjid: str) -> tuple[str, str] | None:
+        """The Running pod of the CE job whose GlobalJobId is `gjid` (the agent's annotation), if any."""
+        def running(obj: Any) -> tuple[str, str] | None:
+            if not isinstance(obj, dict):
+                obj = {"metadata": obj.metadata.to_dict(), "status": obj.status.to_dict()}
+            meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+            if (meta.get("annotations") or {}).get(GJID_ANNOTATION) == gjid and status.get("phase") == "Running":
+                return meta.get("name", ""), meta.get("namespace", "")
             return None
-        return self.server.call(find)
+
+        if not hasattr(self.server, "store"):  # no store access: ask the API (one list call)
+            pods = self._core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=ce-k8s",
+                                                          _request_timeout=5).items
+            return next((found for p in pods if (found := running(p))), None)
+        return self.server.call(lambda: next((found for p in self.server.store.peek_list("pods")
+                                              if (found := running(p))), None))
 
     def factory_turn(self) -> None:
         """GlideinWMS's side: stage out completed pilots, remove held ones (htcondor-ce.md §6.4)."""
