@@ -38,6 +38,7 @@ def real_kube():
         yield env
     finally:
         env.down(progress=lambda m: print(f"real-kube: {m}", flush=True))
+        shutil.rmtree(env.state_dir, ignore_errors=True)   # etcd's data and the logs: ~70 MB a run
 
 
 @pytest.fixture(scope="session")

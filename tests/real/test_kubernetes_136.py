@@ -10,6 +10,7 @@ so a behaviour that differs between the two minors fails here by name.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ def real_kube():
         yield env
     finally:
         env.down(progress=lambda m: print(f"real-kube {MINOR}: {m}", flush=True))
+        shutil.rmtree(env.state_dir, ignore_errors=True)   # etcd's data and the logs: ~70 MB a run
 
 
 @pytest.fixture(scope="module")
