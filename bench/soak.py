@@ -297,12 +297,10 @@ def _testbed_class() -> type:
     from ce_k8s.sim.router_testbed import Outcome, TestBed
 
     class SoakBed(TestBed):
-        """A TestBed whose factory submits one cluster per pilot owner (GlideinWMS submits per entry),
-        and whose evictions do not wait for the source job to show RUNNING.
+        """A TestBed whose factory submits one cluster per pilot owner (GlideinWMS submits per entry).
 
-        Why the second change: under load the router mirrors RUNNING to the source job seconds
-        after the pod started, and TestBed's disruption turn waits for that, so at scale the pods
-        it should evict have often finished first. The pod's own phase in the API is what counts.
+        (Its evictions used to be its own too, keyed on the pod's phase rather than on the source
+        job's RUNNING, which under load came after short pods had finished; TestBed does that now.)
         """
 
         def submit_burst(self, pilots: list[Any]) -> list[str]:
@@ -317,35 +315,6 @@ def _testbed_class() -> type:
                     self.outcomes[job] = Outcome(pilot, job)
                 ids.extend(jobs)
             return ids
-
-        def disruption_turn(self) -> None:
-            from kubernetes.client.rest import ApiException
-
-            for job, out in list(self.outcomes.items()):
-                if not out.pilot.evicted or job in self.evicted or out.status != "queued" or not out.pod:
-                    continue
-                found = self._find_pod(out.pod)        # only a Running pod is evicted
-                if found is None:
-                    continue
-                name, ns = found
-                body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
-                try:
-                    self._core.create_namespaced_pod_eviction(name, ns, body, _request_timeout=5)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        continue
-                except Exception:          # an injected applied-then-lost answer: did it apply?
-                    if not self._disrupted(name, ns):
-                        continue
-                self.evicted.add(job)      # once per pilot, whatever the answer said
-
-        def _disrupted(self, name: str, ns: str) -> bool:
-            """Whether the pod is gone or carries DisruptionTarget (the eviction was applied)."""
-            def check() -> bool:
-                pod = self.server.store.peek("pods", ns, name)
-                return pod is None or any(c.get("type") == "DisruptionTarget"
-                                          for c in (pod.get("status") or {}).get("conditions") or [])
-            return bool(self.server.call(check))
 
     return SoakBed
 

@@ -548,7 +548,7 @@ class TestBed:
         only after a short pilot has ended, and the eviction never happened (a CI flake)."""
         from kubernetes.client.rest import ApiException
 
-        for job, out in self.outcomes.items():
+        for job, out in list(self.outcomes.items()):     # a soak submits between turns
             if not out.pilot.evicted or job in self.evicted or out.status != "queued":
                 continue
             source = self.schedd.get(job)
@@ -563,9 +563,25 @@ class TestBed:
             except ApiException as exc:
                 if exc.status != 404:
                     continue
-            except Exception:  # noqa: S112 - an injected timeout: try again next tick
-                continue
-            self.evicted.add(job)
+            except Exception:  # an injected timeout or applied-then-lost answer: did it apply?
+                if not self._disrupted(name, ns):
+                    continue
+            self.evicted.add(job)      # once per pilot, whatever the answer said
+
+    def _disrupted(self, name: str, ns: str) -> bool:
+        """Whether the pod is gone or carries DisruptionTarget (an eviction whose answer was lost applied)."""
+        def disrupted(pod: dict[str, Any] | None) -> bool:
+            return pod is None or any(c.get("type") == "DisruptionTarget"
+                                      for c in (pod.get("status") or {}).get("conditions") or [])
+
+        if not hasattr(self.server, "store"):
+            from kubernetes.client.rest import ApiException
+            try:
+                pod = self._core.read_namespaced_pod(name, ns, _request_timeout=5)
+            except ApiException as exc:
+                return exc.status == 404
+            return disrupted({"status": {"conditions": [{"type": c.type} for c in pod.status.conditions or []]}})
+        return bool(self.server.call(lambda: disrupted(self.server.store.peek("pods", ns, name))))
 
     def _find_running_pod(self, gjid: str) -> tuple[str, str] | None:
         """The Running pod of the CE job whose GlobalJobId is `gjid` (the agent's annotation), if any."""
