@@ -86,7 +86,7 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
     ours = False
     try:
         env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
-                          ce_config=getattr(args, "ce_config", "bed"))
+                          ce_config=getattr(args, "ce_config", None))
         if not env.status().get("up"):
             env.up(progress=progress)
             ours = True

@@ -1,6 +1,6 @@
 """`ce-k8s testbed real-condor up|down|status`: the real-HTCondor test bed (ce_k8s.real.condor).
 
-    ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config bed|stock] [--batch] [--poll S]
+    ce-k8s testbed real-condor up [--htcondor 25|23] [--ce-config stock|bed] [--batch] [--poll S]
                                   [--nodes SPEC] [--state DIR] [--root DIR]
     ce-k8s testbed real-condor down [--htcondor 25|23] [--state DIR] [--root DIR]
     ce-k8s testbed real-condor status [--htcondor 25|23] [--json] [--state DIR] [--root DIR]
@@ -9,7 +9,8 @@ Needs root. `up` builds and caches the Debian root of the chosen HTCondor on fir
 minute): 25.14.1 from sid (the default: HTCondor-CE 25's HTCondor, the one `ce-k8s route` models)
 or 23.9.6 from Debian 13; then it starts the Kubernetes emulator and condor_master (collector, CE
 schedd, job router, factory schedd, the ce-k8s agent); `down` stops all of it and undoes the
-mounts. `--batch` adds a batch pool (a schedd `batch@<host>`, a negotiator and a startd that runs
+mounts. On 25 the CE runs HTCondor-CE's own configuration (`--ce-config stock`, ce_k8s.real.stockce),
+on 23.9 the bed's. `--batch` adds a batch pool (a schedd `batch@<host>`, a negotiator and a startd that runs
 only that schedd's jobs) that a client outside the root reaches with an IDTOKEN. docs/real-condor.md.
 """
 
@@ -37,9 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", default=DEFAULT_NODES, metavar="SPEC", help="simulated node pools")
     parser.add_argument("--time-scale", type=float, default=0.05, metavar="X",
                         help="real seconds per simulated second in the kubelet (default 0.05)")
-    parser.add_argument("--ce-config", choices=("bed", "stock"), default="bed",
-                        help="bed: the test bed's own CE configuration (default); stock: HTCondor-CE's own "
-                             "files plus `ce-k8s install`'s, token authentication from the factory "
+    parser.add_argument("--ce-config", choices=("stock", "bed"), default=None,
+                        help="stock: HTCondor-CE's own files plus `ce-k8s install`'s, token authentication "
+                             "from the factory (the default on HTCondor 25); bed: the test bed's own CE "
+                             "configuration, with BLAH's call log (the default on 23.9, whose daemons refuse "
+                             "HTCondor-CE 25's files, and with --batch); down and status act on what up ran "
                              "(docs/real-condor.md)")
     parser.add_argument("--batch", action="store_true",
                         help="up: also a batch pool (schedd `batch@<host>`, negotiator, startd running only "

@@ -499,6 +499,7 @@ class State:
     poll: int
     started: float
     batch: bool = False       # the batch pool is up (RealCondor(batch=True))
+    ce_config: str = "bed"    # the CE's configuration: the bed's ("bed") or HTCondor-CE's ("stock")
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.__dict__, indent=1) + "\n")
@@ -513,6 +514,9 @@ class State:
 
 class RealCondor:
     """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
+
+    #: The CE's configuration: this bed's own test configuration (ce_k8s.real.stockce has HTCondor-CE's).
+    ce_config = "bed"
 
     def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str | None = None,
                  htcondor: str = DEFAULT_HTCONDOR, kube_server=None, batch: bool = False) -> None:
@@ -693,7 +697,8 @@ class RealCondor:
         build_root(self.root, progress=progress, htcondor=self.flavour.htcondor)
         self._fresh_state_dir()
         mounts: list[str] = []
-        state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time(), self.batch)
+        state = State(str(self.root), str(self.state_dir), mounts, 0, "", 0, poll, time.time(), self.batch,
+                      self.ce_config)
         state.save(self.state_file)
         try:
             mounts += self._mount_all()
@@ -962,6 +967,11 @@ class RealCondor:
         if state is not None and _alive(state.master_pid):
             off = self.run(["condor_off", "-master"], check=False, timeout=30)
             report["condor_off"] = off.returncode == 0
+            if off.returncode != 0:
+                # Refused (HTCondor-CE's ALLOW_ADMINISTRATOR does not admit root here): SIGTERM is
+                # the master's own graceful shutdown, and waiting for a command that never came cost 40 s.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(state.master_pid, signal.SIGTERM)
             deadline = time.monotonic() + 40
             while _alive(state.master_pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -1009,7 +1019,8 @@ class RealCondor:
         if state is None:
             return out
         out.update(up=_alive(state.master_pid), master_pid=state.master_pid, sim=_alive(state.sim_pid),
-                   batch=state.batch, **({"batch_schedd": self.batch_name, "collector": self.collector_address}
+                   ce_config=state.ce_config, batch=state.batch,
+                   **({"batch_schedd": self.batch_name, "collector": self.collector_address}
                                          if state.batch else {}),
                    api_url=state.api_url, mounts=[m for m in _mounts() if m.startswith(str(self.root) + "/")],
                    processes_in_root=len(_processes_in(self.root)))

@@ -64,9 +64,13 @@ class RealOutcome:
 class RealDemo:
     """Submit, evict, collect and count, over a running :class:`RealCondor`."""
 
-    def __init__(self, env: RealCondor, factory: bool = False, restart_agent: bool = False) -> None:
+    def __init__(self, env: RealCondor, factory: bool = False, restart_agent: bool = False,
+                 scitokens_file: str | None = None) -> None:
         self.env = env
         self.factory = factory
+        # The factory's grid jobs authenticate to the CE with this SciToken (`scitokens_file`, as a
+        # GlideinWMS factory submits: one C-GAHP per token), not the factory account's IDTOKEN.
+        self.scitokens_file = scitokens_file
         # SIGKILL the agent once, when half the pilots have pods: condor_master starts a new one,
         # which must rebuild from a relist and lose, rerun or leave nothing.
         self.restart_agent = restart_agent
@@ -96,6 +100,8 @@ class RealDemo:
         if self.factory:
             lines = ["universe = grid", f"grid_resource = {self.env.grid_resource}",
                      *lines]
+            if self.scitokens_file:
+                lines.append(f"scitokens_file = {self.scitokens_file}")
         else:
             lines = ["universe = vanilla", *lines]
         for name in SHAPE_ATTRS:

@@ -50,9 +50,11 @@ from ce_k8s.real.condor import (
     RealCondor,
     RealCondorError,
     _alive,
+    _bind,
     _port_free,
     agent_and_demo_config,
 )
+from ce_k8s.real.issuer import ISSUER_PORT, IssuerError, TestIssuer
 
 CE_CONFIGS = ("bed", "stock")
 CE_CONDOR_CONFIG = "/etc/condor-ce/condor_config"
@@ -64,6 +66,14 @@ PILOT_ACCOUNT = "osg01"
 FACTORY_ACCOUNT = "gfactory"
 UID_DOMAIN = "users.htcondor.org"   # 05-ce-auth-defaults.conf: UID_DOMAIN, USERS = *@users.htcondor.org
 TOKEN_NAME = "ce-k8s-testbed-ce"   # noqa: S105 (a file name)
+#: The factory's SciToken: its subject (what the CE's mapfile line names) and its file in the
+#: factory account's home, as a GlideinWMS factory keeps a frontend's token in its credential directory.
+SCITOKEN_SUBJECT = "ce-k8s-testbed-frontend"
+SCITOKEN_FILE = f"/home/{FACTORY_ACCOUNT}/credentials/pilot.scitoken"
+#: The mapfile the bed adds to HTCondor-CE's /etc/condor-ce/mapfiles.d (a site's own file).
+SCITOKENS_MAPFILE = "/etc/condor-ce/mapfiles.d/20-ce-k8s-testbed.conf"
+#: The root's system trust store, which the bed extends with its CA while up.
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 #: condor_ce_<x> -> condor_<x>: HTCondor-CE's wrappers set CONDOR_CONFIG and exec the tool.
 WRAPPERS = ("q", "status", "job_router_info", "config_val", "history", "rm", "hold", "release",
             "submit", "reconfig", "restart", "off", "on", "ping", "transfer_data", "token_create")
@@ -87,8 +97,9 @@ def stock_tree(tree: Path | str | None = None) -> Path:
     for candidate in candidates:
         if (candidate / "etc/condor-ce/condor_config").is_file():
             return candidate
-    raise RealCondorError(f"--ce-config stock needs HTCondor-CE's stock layout (tests/fixtures/stock_ce of a "
-                          f"source checkout); not found in {', '.join(map(str, candidates))}")
+    raise RealCondorError(f"--ce-config stock (the default on HTCondor 25) needs HTCondor-CE's stock layout "
+                          f"(tests/fixtures/stock_ce of a source checkout; run from one, or choose --ce-config "
+                          f"bed); not found in {', '.join(map(str, candidates))}")
 
 
 def ce_testbed_config(state: Path, poll: int, python_prefix: str) -> str:
@@ -120,9 +131,16 @@ MASTER_NEW_BINARY_RESTARTS = NEVER
 
 # Token authentication: the factory's IDTOKEN (signed with this CE's POOL key). HTCondor-CE's
 # 05-ce-auth-defaults.conf lists FS,SCITOKENS,SSL for the schedd; a site taking IDTOKENs adds
-# TOKEN, as here (SciTokens would need an issuer's keys over HTTPS).
+# TOKEN, as here.
 SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS = $(SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS), TOKEN
 SCHEDD.SEC_READ_AUTHENTICATION_METHODS = $(SCHEDD.SEC_READ_AUTHENTICATION_METHODS), TOKEN
+# SciTokens (ce_k8s/real/issuer.py): SCITOKENS runs inside TLS, and HTCondor-CE's stock host
+# certificate paths (/etc/grid-security/hostcert.pem, ...) do not exist here, so the CE presents the
+# certificate the bed's CA signed. The token's issuer is trusted through the system store, where the
+# bed puts its CA; its mapping is in {SCITOKENS_MAPFILE}. The key cache is per bed.
+AUTH_SSL_SERVER_CERTFILE = {state}/scitokens/ce.crt
+AUTH_SSL_SERVER_KEYFILE = {state}/scitokens/ce.key
+SEC_SCITOKENS_CACHE = {state}/scitokens/cache
 
 # ce-k8s on this bed: the agent and the info provider on this checkout's interpreter, their
 # files in the state directory, the emulator's kubeconfig.
@@ -145,10 +163,12 @@ DAEMON_LIST = MASTER, COLLECTOR, SCHEDD
 SCHEDD_NAME = {FACTORY_SCHEDD}
 SPOOL = {state}/factory-spool
 # Local commands on the factory host (loopback, test accounts only).
-{LOCAL_TRUST}# HTCondor-C to the CE: the C-GAHP (and its worker thread) present the IDTOKEN in the job
-# owner's ~/.condor/tokens.d and nothing else, so FS (same machine) can never stand in for it.
-C_GAHP.SEC_CLIENT_AUTHENTICATION_METHODS = IDTOKENS
-C_GAHP_WORKER_THREAD.SEC_CLIENT_AUTHENTICATION_METHODS = IDTOKENS
+{LOCAL_TRUST}# HTCondor-C to the CE: the C-GAHP (and its worker thread) present a token and nothing else, so
+# FS (same machine) can never stand in for it: the job's SciToken (`scitokens_file`, as GlideinWMS
+# submits) if it has one, else the IDTOKEN in the job owner's ~/.condor/tokens.d. The CE's
+# certificate is checked against the system store, which holds the bed's CA.
+C_GAHP.SEC_CLIENT_AUTHENTICATION_METHODS = SCITOKENS, IDTOKENS
+C_GAHP_WORKER_THREAD.SEC_CLIENT_AUTHENTICATION_METHODS = SCITOKENS, IDTOKENS
 SCHEDD_INTERVAL = 5
 SCHEDD_MIN_INTERVAL = 1
 PERIODIC_EXPR_INTERVAL = 5
@@ -221,6 +241,7 @@ class StockCE(RealCondor):
     # -------------------------------------------------------------------------- lifecycle
     def up(self, *args, **kwargs):
         _port_free(CE_PORT)
+        _port_free(ISSUER_PORT)
         return super().up(*args, **kwargs)
 
     def _fresh_state_dir(self) -> None:
@@ -264,6 +285,7 @@ class StockCE(RealCondor):
         (fconf / "99-ce-k8s-testbed.conf").write_text(factory_config(self.state_dir))
         self._wrappers()
         self._token()
+        self._scitokens()
 
     def _wrappers(self) -> None:
         """condor_ce_<x>: as HTCondor-CE's, export CONDOR_CONFIG=/etc/condor-ce/condor_config, exec condor_<x>."""
@@ -300,6 +322,43 @@ class StockCE(RealCondor):
             os.chown(path, uid, uid)
             path.chmod(0o600 if path.is_file() else 0o700)
 
+    @property
+    def issuer(self) -> TestIssuer:
+        """The bed's SciTokens issuer and CA (ce_k8s.real.issuer), files in the state directory."""
+        return TestIssuer(self.state_dir / "scitokens", ISSUER_PORT)
+
+    def _scitokens(self) -> None:
+        """The issuer's CA and the CE's host certificate, the CA added to the root's system store (a
+        bind mount over the bundle, undone by `down`), the mapfile line that maps the factory's token
+        to the pilot account, and that token in the factory's credential directory."""
+        issuer = self.issuer
+        try:
+            issuer.create({"ce": [self.full_hostname, "localhost"]})
+            token = issuer.mint(SCITOKEN_SUBJECT, f"{self.full_hostname}:{CE_PORT}")
+        except IssuerError as exc:
+            raise RealCondorError(f"the SciTokens issuer: {exc}") from exc
+        cache = issuer.dir / "cache"
+        cache.mkdir(exist_ok=True)
+        condor = self._root_uid("condor")
+        os.chown(cache, condor, condor)
+        bundle = issuer.dir / "ca-bundle.crt"
+        system = self.root / SYSTEM_CA_BUNDLE.lstrip("/")
+        bundle.write_bytes(system.read_bytes() + issuer.ca_file.read_bytes())
+        bundle.chmod(0o644)
+        _bind(bundle, self.root, SYSTEM_CA_BUNDLE)
+        issuer_re = issuer.url.replace("/", "\\/").replace(".", "\\.")
+        (self.root / SCITOKENS_MAPFILE.lstrip("/")).write_text(
+            "# ce-k8s real-HTCondor test bed (ce_k8s/real/stockce.py): the factory's SciToken, from the bed's\n"
+            "# issuer, maps to the pilot account, as an OSG CE maps a VO's tokens.\n"
+            f"SCITOKENS /^{issuer_re},{SCITOKEN_SUBJECT}$/ {PILOT_ACCOUNT}\n")
+        path = self.root / SCITOKEN_FILE.lstrip("/")
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.write_text(token + "\n")
+        uid = self._root_uid(FACTORY_ACCOUNT)
+        for p in (path.parent, path):
+            os.chown(p, uid, uid)
+        path.chmod(0o600)
+
     def _install_hooks(self) -> None:
         super()._install_hooks()
         wrapper = self.root / HOOK_DIR.lstrip("/") / "ce-k8s-agent-testbed"
@@ -331,6 +390,10 @@ class StockCE(RealCondor):
         piddir.mkdir(exist_ok=True)
         condor = self._root_uid("condor")
         os.chown(piddir, condor, condor)
+        try:
+            self.issuer.start()         # before the CE: scitokens-cpp caches a failed key lookup for 600 s
+        except IssuerError as exc:
+            raise RealCondorError(f"the SciTokens issuer: {exc}") from exc
         self.factory_run(["/usr/sbin/condor_master", "-pidfile", str(self._factory_pidfile)])
         return super()._start_master()
 
@@ -351,25 +414,53 @@ class StockCE(RealCondor):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGQUIT)   # type: ignore[arg-type]
         report = super().down(progress=progress)
+        report["issuer_stopped"] = self.issuer.stop()
         with contextlib.suppress(OSError):
             (self.root / "root").chmod(0o700)      # as Debian made it
         return report
 
 
+def default_ce_config(htcondor: str | None = None, batch: bool = False) -> str:
+    """The CE's configuration when none is named: HTCondor-CE's own (``stock``) on HTCondor 25, which
+    HTCondor-CE 25 runs on; the bed's (``bed``) on 23.9, whose daemons refuse HTCondor-CE 25's
+    `use security:recommended` (docs/real-condor.md, R11), and with the batch pool, which a CE
+    without a local pool does not have."""
+    from ce_k8s.real.condor import DEFAULT_HTCONDOR, flavour
+
+    return "bed" if batch or flavour(htcondor or DEFAULT_HTCONDOR).htcondor != "25" else "stock"
+
+
 def real_condor(state_dir, root=None, htcondor: str | None = None, kube_server=None,
-                ce_config: str = "bed", batch: bool = False) -> RealCondor:
-    """The bed of `ce_config`: ``bed`` (the test configuration, the default) or ``stock`` (HTCondor-CE's own).
+                ce_config: str | None = None, batch: bool = False) -> RealCondor:
+    """The bed of `ce_config`: ``stock`` (HTCondor-CE's own files) or ``bed`` (the test configuration).
 
-    `batch` (the batch pool of ce_k8s.real.condor.batch_config) is the default bed's only: HTCondor-CE's
-    own configuration is a CE without a local pool, and this mode exists to test exactly that.
+    None: what the bed up in `state_dir` runs (so `down` and `status` act as `up` did), else
+    :func:`default_ce_config`. `batch` (the batch pool of ce_k8s.real.condor.batch_config) is the
+    default bed's only: HTCondor-CE's own configuration is a CE without a local pool, and this mode
+    exists to test exactly that.
     """
-    from ce_k8s.real.condor import DEFAULT_HTCONDOR
+    from ce_k8s.real.condor import DEFAULT_HTCONDOR, State, flavour
 
-    if ce_config not in CE_CONFIGS:
+    if ce_config is not None and ce_config not in CE_CONFIGS:
         raise RealCondorError(f"--ce-config {ce_config!r}: choose one of {', '.join(CE_CONFIGS)}")
+    state = State.load(Path(state_dir).absolute() / "state.json")
+    if state is not None:
+        if ce_config is not None and ce_config != state.ce_config:
+            raise RealCondorError(f"{state_dir} has a bed with --ce-config {state.ce_config} (started, or left "
+                                  f"after a crash): `ce-k8s testbed real-condor down --state {state_dir}` first")
+        ce_config = state.ce_config
+        if ce_config == "stock":
+            htcondor = "25"           # the only version it runs on; `down` follows the state's root anyway
+    if ce_config is None:
+        ce_config = default_ce_config(htcondor, batch)
+    htcondor = htcondor or DEFAULT_HTCONDOR
     if ce_config == "stock":
         if batch:
             raise RealCondorError("--batch is for the default bed (--ce-config bed): the stock CE has no "
                                   "local pool by design")
-        return StockCE(state_dir, root, htcondor=htcondor or DEFAULT_HTCONDOR, kube_server=kube_server)
-    return RealCondor(state_dir, root, htcondor=htcondor or DEFAULT_HTCONDOR, kube_server=kube_server, batch=batch)
+        if flavour(htcondor).htcondor != "25":
+            raise RealCondorError(f"--ce-config stock needs HTCondor 25: HTCondor-CE 25's files say `use "
+                                  f"security:recommended`, which HTCondor {flavour(htcondor).version} refuses "
+                                  "(docs/real-condor.md, R11); use --ce-config bed with --htcondor 23")
+        return StockCE(state_dir, root, htcondor=htcondor, kube_server=kube_server)
+    return RealCondor(state_dir, root, htcondor=htcondor, kube_server=kube_server, batch=batch)

@@ -57,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", metavar="DIR", help="with --condor real: the test bed's state directory")
     parser.add_argument("--htcondor", choices=("25", "23"), default="25",
                         help="with --condor real: HTCondor 25.14.1 (sid, the default) or 23.9.6 (Debian 13)")
-    parser.add_argument("--ce-config", choices=("bed", "stock"), default="bed",
-                        help="with --condor real: the CE's configuration, the bed's own (default) or HTCondor-CE's "
-                             "stock files with token authentication from the factory (docs/real-condor.md)")
+    parser.add_argument("--ce-config", choices=("stock", "bed"), default=None,
+                        help="with --condor real: the CE's configuration, HTCondor-CE's stock files with token "
+                             "authentication from the factory (the default on HTCondor 25) or the bed's own "
+                             "(the default on 23.9); a bed that is up keeps its own (docs/real-condor.md)")
 
 
 def _progress(stream):

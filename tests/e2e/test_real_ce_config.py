@@ -25,7 +25,16 @@ from test_real_condor import _wait  # the same waiting loop (pytest puts tests/e
 
 from ce_k8s.real.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.condordemo import RealDemo
-from ce_k8s.real.stockce import CE_PORT, FACTORY_ACCOUNT, PILOT_ACCOUNT, UID_DOMAIN, StockCE, stock_tree
+from ce_k8s.real.stockce import (
+    CE_PORT,
+    FACTORY_ACCOUNT,
+    PILOT_ACCOUNT,
+    SCITOKEN_FILE,
+    SCITOKEN_SUBJECT,
+    UID_DOMAIN,
+    StockCE,
+    stock_tree,
+)
 from ce_k8s.sim.pilots import make_pilot
 
 pytestmark = pytest.mark.slow
@@ -231,3 +240,143 @@ def test_the_ces_schedd_and_router_killed_mid_run_lose_and_rerun_no_pilot(env):
     demo.run(timeout=300)
     assert_each_pilot_completed_on_one_pod(env, demo, before)
     assert len(first) == 3
+
+
+# ------------------------------------------------- the default bed's path tests, on the CE's own files
+def test_a_local_condor_ce_submit_runs_and_returns_exit_code_and_output(env):
+    """What condor_ce_trace checks (it cannot run here: docs/real-condor.md): a job submitted on the CE
+    host with `condor_ce_submit -spool`, FS-authenticated as the pilot account under HTCondor-CE's own
+    authorization, is routed, runs as one pod, and its exit code, stdout and stderr come back."""
+    from test_real_condor import _no_pods_left, _stats
+
+    before = _stats(env)["pods"]["pods_created"]
+    pilots = [make_pilot(0, "cpu1", run_s=20, exit_code=3), make_pilot(1, "cpu8", run_s=20)]
+    demo = RealDemo(env)
+    demo.submit(pilots)
+    ce = json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes", "Owner,AuthTokenSubject") or "[]")
+    assert {a["Owner"] for a in ce} <= {PILOT_ACCOUNT} and not any(a.get("AuthTokenSubject") for a in ce)
+    demo.run(timeout=240)
+    for out in demo.outcomes.values():
+        assert out.status == "completed", (out.job, out.status, out.hold_reason)
+        assert out.exit_code == out.pilot.exit_code
+        assert f"glidein {out.index} ran" in out.stdout
+        assert out.stderr.strip() == f"glidein {out.index} stderr"
+    assert _stats(env)["pods"]["pods_created"] - before == 2             # one pod per job
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+
+
+def test_a_failed_pod_is_a_hold_the_factory_sees_and_its_condor_rm_cleans_up(env):
+    """An OOM-killed factory pilot: the CE job is held with HTCondor's code for it, the factory's
+    grid job is held too (HTCondor-C carries the hold), and the factory's condor_rm removes it all."""
+    from test_real_condor import HOLD_CODES_OOM, _no_pods_left
+
+    pilot = make_pilot(0, "cpu1")
+    pilot = type(pilot)(pilot.shape, pilot.owner, "oom-after=1s", 0, False, pilot.ad)
+    demo = RealDemo(env, factory=True)
+    demo.submit([pilot])
+    job = next(iter(demo.outcomes))
+
+    def ce_held():
+        ads = json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes",
+                             "JobStatus,HoldReason,HoldReasonCode,AuthTokenSubject,RoutedToJobId") or "[]")
+        return next((a for a in ads if a.get("AuthTokenSubject") and a["JobStatus"] == 5
+                     and a.get("HoldReasonCode") != 16), None)
+
+    ad = _wait(ce_held, timeout=180, what="the CE job held")
+    assert ad["HoldReasonCode"] == HOLD_CODES_OOM and "memory" in ad["HoldReason"].lower(), ad
+
+    def factory_held():
+        ads = json.loads(env.factory_run(["condor_q", "-json", "-name", env.factory_name, job, "-attributes",
+                                          "JobStatus,HoldReason"]).stdout or "[]")
+        return next((a for a in ads if a["JobStatus"] == 5), None)
+
+    held = _wait(factory_held, timeout=120, what="the factory's grid job held")
+    assert "memory" in held["HoldReason"].lower(), held
+    env.factory_run(["condor_rm", "-name", env.factory_name, job], user="gfactory")
+    _wait(lambda: not json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes", "AuthTokenSubject")
+                                 or "[]"), timeout=120, what="the CE job gone after the factory's condor_rm")
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+
+
+def test_the_factorys_condor_rm_deletes_the_running_pod(env):
+    from test_real_condor import _no_pods_left, _pods
+
+    demo = RealDemo(env, factory=True)
+    demo.submit([make_pilot(0, "cpu1", run_s=4000)])          # 200 s at the bed's time scale: still running
+    job = next(iter(demo.outcomes))
+    _wait(lambda: any(p.status.phase == "Running" for p in _pods(env)), timeout=180, what="the pod running")
+    env.factory_run(["condor_rm", "-name", env.factory_name, job], user="gfactory")
+    _wait(lambda: _no_pods_left(env), timeout=120, what="the pod deleted after the factory's condor_rm")
+
+
+def test_the_ces_master_restarts_the_agent_it_runs(env):
+    """`ce-k8s install`'s DAEMON_LIST entry: the CE's condor_master starts the agent again after a SIGKILL."""
+    from test_real_condor import assert_master_restarts_the_agent
+
+    assert_master_restarts_the_agent(env)
+
+
+# --------------------------------------------------------------------------------------- SciTokens
+def test_a_factory_pilot_with_a_scitoken_is_mapped_by_the_ces_mapfile(env):
+    """As a GlideinWMS factory submits to an OSG CE: the grid job names a SciToken (`scitokens_file`),
+    its C-GAHP presents it, the CE's daemons verify it against the issuer's keys over HTTPS and map
+    `<issuer>,<subject>` through HTCondor-CE's mapfile to the pilot account; the routed pilot's pod
+    carries the token's subject, and the pilot completes with its exit code and output."""
+    from test_real_condor import _no_pods_left, _pods
+
+    demo = RealDemo(env, factory=True, scitokens_file=SCITOKEN_FILE)
+    demo.submit([make_pilot(0, "cpu1", run_s=300, exit_code=4)])          # ~15 s at the bed's scale
+
+    def ce_job():
+        ads = json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes",
+                             "Owner,AuthTokenIssuer,AuthTokenSubject,AuthTokenScopes,RoutedToJobId") or "[]")
+        return next((a for a in ads if a.get("AuthTokenIssuer")), None)
+
+    ad = _wait(ce_job, timeout=180, what="the factory's job on the CE, authenticated by its SciToken")
+    assert ad["AuthTokenIssuer"] == env.issuer.url and ad["AuthTokenSubject"] == SCITOKEN_SUBJECT, ad
+    assert ad["Owner"] == PILOT_ACCOUNT and "compute.create" in ad["AuthTokenScopes"].split(","), ad
+    audit = env.log_path("AuditLog").read_text(errors="replace")
+    assert f"AuthMethod=SCITOKENS, AuthId={env.issuer.url},{SCITOKEN_SUBJECT}" in audit, audit[-2000:]
+    pod = _wait(lambda: next(iter(_pods(env)), None), timeout=120, what="the pilot's pod")
+    assert pod.metadata.annotations["ce-k8s.htcondor.org/credential-subject"] == SCITOKEN_SUBJECT
+    demo.run(timeout=240)
+    out = next(iter(demo.outcomes.values()))
+    assert out.status == "completed" and out.exit_code == 4, (out.status, out.hold_reason)
+    assert "glidein 0 ran" in out.stdout
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+
+
+def _ping_write_with_scitoken(env: StockCE, name: str, token: str | None) -> str:
+    """`condor_ping WRITE` to the CE schedd from the factory host, as the factory account, presenting
+    only the SciToken in credentials/<name>.scitoken (written from `token` if given): how HTCondor-CE's
+    and GlideinWMS's documentation have a site check a token. Its output, errors included."""
+    creds = env.root / SCITOKEN_FILE.lstrip("/")
+    path = creds.parent / f"{name}.scitoken"
+    if token is not None:
+        path.write_text(token + "\n")
+        os.chown(path, creds.stat().st_uid, creds.stat().st_gid)
+        path.chmod(0o600)
+    proc = env.factory_run(["env", "_condor_SEC_CLIENT_AUTHENTICATION_METHODS=SCITOKENS",
+                            f"_condor_SCITOKENS_FILE=/{path.relative_to(env.root)}", "condor_ping", "-verbose",
+                            "-type", "schedd", "-name", env.ce_name, "-pool", f"{env.full_hostname}:{CE_PORT}",
+                            "WRITE"], user=FACTORY_ACCOUNT, check=False)
+    return proc.stdout + proc.stderr
+
+
+def test_only_a_token_the_ce_maps_for_its_audience_with_write_scopes_may_submit(env):
+    """The CE's checks of a SciToken, each shown alone: the factory's token authenticates by SCITOKENS
+    as the pilot account and may WRITE; the same issuer's token for a subject the mapfile does not
+    name, or for another CE's audience, authenticates as no one; one without the WLCG scopes that
+    make WRITE (compute.create, .modify, .cancel) maps but is denied."""
+    ours = _ping_write_with_scitoken(env, "pilot", None)
+    assert "Authenticated using:         SCITOKENS" in ours and "Authorized:                  TRUE" in ours, ours
+    assert f"Remote Mapping:              {PILOT_ACCOUNT}@{UID_DOMAIN}" in ours, ours
+    audience = f"{env.full_hostname}:{CE_PORT}"
+    unmapped = _ping_write_with_scitoken(env, "unmapped", env.issuer.mint("someone-else", audience))
+    assert "Failed to authenticate using SCITOKENS" in unmapped, unmapped
+    other_ce = env.issuer.mint(SCITOKEN_SUBJECT, "other-ce.example.org:9619")
+    elsewhere = _ping_write_with_scitoken(env, "elsewhere", other_ce)
+    assert "Failed to authenticate using SCITOKENS" in elsewhere, elsewhere
+    read_only = env.issuer.mint(SCITOKEN_SUBJECT, audience, scopes="compute.read")
+    reader = _ping_write_with_scitoken(env, "reader", read_only)
+    assert f'"DENIED" from server for user {PILOT_ACCOUNT}@{UID_DOMAIN} using method SCITOKENS' in reader, reader

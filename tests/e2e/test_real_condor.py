@@ -221,7 +221,8 @@ def test_no_gridmanager_or_blah_ever_acts_on_a_kubernetes_job(env):
 
 
 # --------------------------------------------------------------------------------------- the agent
-def test_condor_master_restarts_the_agent_when_killed(env):
+def assert_master_restarts_the_agent(env: RealCondor) -> None:
+    """SIGKILL the agent condor_master runs: the master starts a new one, which answers on its socket."""
     from ce_k8s import protocol
 
     agent_pids = env.agent_pids
@@ -242,6 +243,10 @@ def test_condor_master_restarts_the_agent_when_killed(env):
 
     _wait(pings, what="the restarted agent answering")
     assert "Started process" in env.log_path("MasterLog").read_text()
+
+
+def test_condor_master_restarts_the_agent_when_killed(env):
+    assert_master_restarts_the_agent(env)
 
 
 # --------------------------------------------------------------------------------------- dry run

@@ -32,7 +32,10 @@ def test_demo_asks_for_the_htcondor_version_it_was_given(monkeypatch, tmp_path):
         args = _args("--condor", "real", "--htcondor", version, "--state", str(tmp_path))
         assert cli_demo.run(args) == 2          # the bed's error is reported, not raised
         assert asked["htcondor"] == version and asked["kube_server"] is None
+        assert asked["ce_config"] is None        # the bed's choice: HTCondor-CE's own files on 25 (stockce)
     assert _args().htcondor == "25"
+    cli_demo.run(_args("--condor", "real", "--ce-config", "bed", "--state", str(tmp_path)))
+    assert asked["ce_config"] == "bed"
 
 
 def test_manifests_come_from_the_tree_else_from_the_installed_share(monkeypatch, tmp_path):
