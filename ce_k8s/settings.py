@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -86,6 +87,11 @@ class Settings:
     cpu_limit: str = "request"                # CE_K8S_CPU_LIMIT (default of K8sCpuLimit)
     grid_resource: str = "batch k8s"          # CE_K8S_GRID_RESOURCE (GridResource prefix of our routes)
     disable_pilot_ads: bool = False           # DISABLE_PILOT_ADS (the CE's own knob)
+    # The CE removes a routed pilot that is idle again after a start (HTCondor-CE: ENABLE_JOB_RETRIES
+    # false, used by its SYSTEM_PERIODIC_REMOVE): then a started pilot's next attempt waits retry_wait
+    # seconds for that removal (docs/holds.md).
+    ce_removes_restarts: bool = False         # from ENABLE_JOB_RETRIES and SYSTEM_PERIODIC_REMOVE
+    retry_wait: int = 90                      # CE_K8S_RETRY_WAIT (s; default from the CE's poll intervals)
     agent_log: str = ""                       # CE_K8S_AGENT_LOG (default: $(LOG)/CeK8sAgentLog; "" = stderr only)
     per_job_history_dir: str = ""             # CE_K8S_PER_JOB_HISTORY_DIR ("" = off; APEL, docs/accounting.md)
     usage_interval: float = 60.0              # CE_K8S_USAGE_INTERVAL (s between kubelet Summary reads)
@@ -142,6 +148,8 @@ class Settings:
             cpu_limit=r.cpu_limit("CE_K8S_CPU_LIMIT", d.cpu_limit),
             grid_resource=r.grid_resource("CE_K8S_GRID_RESOURCE", d.grid_resource),
             disable_pilot_ads=disable_ads,
+            ce_removes_restarts=_ce_removes_restarts(cfg, r),
+            retry_wait=r.integer("CE_K8S_RETRY_WAIT", _default_retry_wait(r), 0, 86400),
             agent_log=r.agent_log("CE_K8S_AGENT_LOG"),
             per_job_history_dir=(r.abspath("CE_K8S_PER_JOB_HISTORY_DIR", "/")
                                  if r.text("CE_K8S_PER_JOB_HISTORY_DIR", "") else ""),
@@ -198,6 +206,33 @@ def _describe(cfg: ConfigSource, knob: str) -> str:
         return knob
     line = getattr(origin, "line", 0) or 0
     return f"{knob} ({file}:{line})" if line else f"{knob} ({file})"
+
+
+def _mentions(cfg: ConfigSource, knob: str, target: str, depth: int = 6) -> bool:
+    """Whether the unexpanded value of `knob`, or of a macro it uses (a few levels down), names `target`."""
+    raw = getattr(cfg, "raw", None)
+    text = (raw(knob) if callable(raw) else None) or ""
+    if re.search(rf"\$\({re.escape(target)}\)", text, re.IGNORECASE):
+        return True
+    return depth > 0 and any(_mentions(cfg, inner, target, depth - 1)
+                             for inner in set(re.findall(r"\$\(([A-Za-z0-9_.]+)\)", text)))
+
+
+def _ce_removes_restarts(cfg: ConfigSource, r: _Reader) -> bool:
+    """HTCondor-CE's retry policy in force: `ENABLE_JOB_RETRIES` false and used by the schedd's
+    `SYSTEM_PERIODIC_REMOVE` (01-ce-router-defaults.conf, REMOVE_CLAUSE_2: a routed job that is idle
+    again after one start, or started twice, is removed). A configuration that sets the knob without
+    that policy (ce-k8s's embedded one, the emulated CE) removes nothing, so retries go on there."""
+    return not r.boolean("ENABLE_JOB_RETRIES", True) and _mentions(cfg, "SYSTEM_PERIODIC_REMOVE", "ENABLE_JOB_RETRIES")
+
+
+def _default_retry_wait(r: _Reader) -> int:
+    """How long the CE needs to remove a pilot that went idle: the router copies the idle state to the
+    source job at its next poll, the schedd's next periodic pass removes it, the router's next poll
+    removes the routed job (HTCondor's defaults: 10 s and 60 s), and a little more."""
+    poll = r.integer("JOB_ROUTER_POLLING_PERIOD", 10, 1, 86400)
+    periodic = r.integer("PERIODIC_EXPR_INTERVAL", 60, 1, 86400)
+    return 2 * poll + periodic + 10
 
 
 class _Reader:

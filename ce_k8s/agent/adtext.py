@@ -24,7 +24,7 @@ WANTED = frozenset({
     "jobstatus", "gridjobstatus", "gridjobid", "k8spodphase", "k8spodreason", "k8spoduid",
     "k8spodnamespace", "k8snodename", "remotehost", "jobcurrentstartdate", "jobstartdate",
     "numjobstarts", "exitcode", "completiondate", "remotewallclocktime", "jobfinishedhookdone",
-    "holdreason", "holdreasoncode", "holdreasonsubcode", "routename",
+    "holdreason", "holdreasoncode", "holdreasonsubcode", "routename", "k8sretryafter",
     "x509userproxy", "scitokensfile", "iwd",          # credential refresh (ce_k8s.agent.credentials)
 })
 

@@ -385,6 +385,10 @@ class Agent:
             pod_uid=adtext.unquote(attrs.get("k8spoduid")),
             job_start_date=adtext.as_int(attrs.get("jobstartdate")),
             global_job_id=gjid,
+            ce_removes_restarts=s.ce_removes_restarts,
+            retry_wait=s.retry_wait,
+            retry_after=adtext.as_int(attrs.get("k8sretryafter")),
+            num_job_starts=adtext.as_int(attrs.get("numjobstarts")),
         )
         next_name = pod_name(gjid, job.attempt + 1) if gjid and job.attempt < 999_999 else None
         rec.attempt = job.attempt

@@ -11,7 +11,9 @@ factory reads `GridJobStatus` to tell pending from running (htcondor-ce.md §6.4
 * Succeeded/Failed → completed (4) with the real `ExitCode` and `JobFinishedHookDone`, which the
   router needs to finish the job (docs/hook-protocol.md §2.3, last bullet);
 * failures with a name → held (5) with the stable codes of `ce_k8s.holds`;
-* eviction/preemption → idle again with the next attempt's pod name, up to `K8sMaxAttempts`.
+* eviction/preemption → idle again with the next attempt's pod name, up to `K8sMaxAttempts`; on a
+  CE that removes a started pilot idle again (HTCondor-CE's ENABLE_JOB_RETRIES = False), a pilot
+  that had started waits `K8sRetryAfter` with no pod for that removal first.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class JobView:
     pod_uid: str | None = None            # K8sPodUid: set once we reported a live pod
     job_start_date: int | None = None
     global_job_id: str | None = None
+    ce_removes_restarts: bool = False     # Settings.ce_removes_restarts (HTCondor-CE's retry policy)
+    retry_wait: int = 90                  # Settings.retry_wait
+    retry_after: int | None = None        # K8sRetryAfter: a started pilot's next attempt waits till then
+    num_job_starts: int | None = None     # NumJobStarts as last reported: attempts that started
 
 
 @dataclass(slots=True)
@@ -101,16 +107,43 @@ def _evicted(pod: PodInfo) -> str | None:
     return None
 
 
-def _next_attempt(job: JobView, pod: PodInfo | None, why: str, new_name: str | None) -> Decision:
-    """Back to idle under a new pod name, or held when the route's attempts are used up."""
+def _next_attempt(job: JobView, pod: PodInfo | None, why: str, new_name: str | None, now: int) -> Decision:
+    """Back to idle under a new pod name, or held when the route's attempts are used up.
+
+    On a CE that removes a routed pilot idle again after a start (HTCondor-CE's `ENABLE_JOB_RETRIES =
+    False`), a pilot that had started (`JobStartDate`) first goes idle with no next pod until
+    `K8sRetryAfter`: the CE's removal pass comes then, and a pod made before it would start the pilot a
+    second time only to be deleted with the job (seen on the real 25.14.1 daemons with HTCondor-CE's
+    files: 2 of 4 evicted pilots got such a pod). A job the CE kept past that time gets its next attempt.
+    """
+    # NumJobStarts counts the attempts that started, this one too if its container ran before the
+    # agent could report it: HTCondor-CE's policy reads it, so it must not count pods that never ran.
+    started_unreported = job.job_status != RUNNING and pod is not None and pod.started_at is not None
+    starts = (job.num_job_starts or 0) + (1 if started_unreported else 0)
+    if job.ce_removes_restarts and starts and (not job.retry_after or now < job.retry_after):
+        if job.retry_after:
+            return Decision({})               # still waiting for the CE's decision; no pod
+        until = now + job.retry_wait
+        return Decision({
+            "JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sPodPhase": "Evicted", "K8sRetryAfter": until,
+            "NumJobStarts": starts, "JobStartDate": job.job_start_date or (pod.started_at if pod else None) or now,
+            "K8sPodReason": _one_line(f"attempt {job.attempt} evicted: {why}; no next pod for {job.retry_wait} s: "
+                                      "the CE removes a started pilot that is idle again (ENABLE_JOB_RETRIES false)"),
+        })
     if job.attempt + 1 >= job.max_attempts or new_name is None:
         return Decision(_held("evictions-exhausted", pod, pod=job.pod_name, attempts=job.max_attempts,
                               message=why))
     return Decision({
-        "JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sAttempt": job.attempt + 1,
-        "K8sPodName": new_name, "K8sPodUid": "", "K8sPodPhase": "Evicted",
+        "JobStatus": IDLE, "GridJobStatus": "PENDING", "K8sAttempt": job.attempt + 1, "NumJobStarts": starts,
+        "K8sPodName": new_name, "K8sPodUid": "", "K8sPodPhase": "Evicted", "K8sRetryAfter": 0,
         "K8sPodReason": _one_line(f"attempt {job.attempt} evicted: {why}"),
     })
+
+
+def _starts_now(job: JobView) -> dict[str, object]:
+    """NumJobStarts when this attempt is reported running: one more than the starts before it, set
+    on the transition only (a job already running keeps its count; the ad carries it across restarts)."""
+    return {} if job.job_status == RUNNING else {"NumJobStarts": (job.num_job_starts or 0) + 1}
 
 
 def decide(
@@ -138,7 +171,7 @@ def decide(
         if gone is not None:
             why = _evicted(gone)
             if why is not None:
-                return _next_attempt(job, gone, why, next_pod_name)
+                return _next_attempt(job, gone, why, next_pod_name, now)
             if gone.finished:
                 return _finished(job, gone)
             return Decision(_held("pod-deleted", gone, pod=job.pod_name))
@@ -147,7 +180,7 @@ def decide(
             # agent was not watching (restart, or between two LISTs): an eviction and a deletion
             # look the same now. The pilot is not lost for that: it gets the next attempt.
             return _next_attempt(job, None, "pod vanished while ce-k8s was not watching (cause unknown)",
-                                 next_pod_name)
+                                 next_pod_name, now)
         reason = "creating pod"
         if create.state == CREATE_RETRY:
             reason = _one_line(f"pod creation delayed: {create.message}")
@@ -160,7 +193,7 @@ def decide(
         return _terminating(job, pod, now)
     why = _evicted(pod)
     if why is not None:
-        return _next_attempt(job, pod, why, next_pod_name)
+        return _next_attempt(job, pod, why, next_pod_name, now)
     if pod.phase in ("Succeeded", "Failed"):
         return _finished(job, pod)
     if pod.phase == "Running":
@@ -169,7 +202,7 @@ def decide(
         attrs.update({
             "JobStatus": RUNNING, "GridJobStatus": "RUNNING", "JobCurrentStartDate": start,
             "JobStartDate": job.job_start_date or start, "RemoteHost": pod.node, "K8sNodeName": pod.node,
-            "NumJobStarts": job.attempt + 1, "K8sPodReason": "",
+            "K8sPodReason": "", **_starts_now(job),
         })
         return Decision(attrs)
     if pod.phase != "Pending":
@@ -212,7 +245,7 @@ def _terminating(job: JobView, pod: PodInfo, now: int) -> Decision:
         start = pod.started_at or pod.start_time or now
         attrs.update({"JobStatus": RUNNING, "GridJobStatus": "RUNNING", "JobCurrentStartDate": start,
                       "JobStartDate": job.job_start_date or start, "RemoteHost": pod.node,
-                      "K8sNodeName": pod.node, "NumJobStarts": job.attempt + 1})
+                      "K8sNodeName": pod.node, **_starts_now(job)})
     else:
         attrs.update({"JobStatus": IDLE, "GridJobStatus": "PENDING"})
     attrs["K8sPodReason"] = reason

@@ -78,8 +78,22 @@ def test_running():
 
 
 def test_running_keeps_first_start_date():
-    d = run(pod("Running", state={"running": {"startedAt": T1}}), job(job_start_date=1750000000, attempt=1))
+    d = run(pod("Running", state={"running": {"startedAt": T1}}),
+            job(job_start_date=1750000000, attempt=1, num_job_starts=1))
     assert d.attrs["JobStartDate"] == 1750000000 and d.attrs["NumJobStarts"] == 2
+
+
+def test_num_job_starts_counts_attempts_that_ran_not_pods():
+    """HTCondor-CE removes a routed job whose NumJobStarts passes 1 when it disables retries, so the
+    count is of starts: a second attempt after a pod that never ran is the first start; a job
+    already reported running keeps its count; an attempt that ran unreported counts at its eviction."""
+    running = pod("Running", state={"running": {"startedAt": T1}})
+    assert run(running, job(attempt=1, num_job_starts=0)).attrs["NumJobStarts"] == 1
+    assert "NumJobStarts" not in run(running, job(attempt=1, num_job_starts=1, job_status=2)).attrs
+    ran = pod("Failed", reason="Evicted", state={"terminated": {"startedAt": T1, "finishedAt": T2, "exitCode": 137}})
+    assert run(ran, job(num_job_starts=0)).attrs["NumJobStarts"] == 1
+    never = pod("Failed", reason="Evicted")
+    assert run(never, job(num_job_starts=0)).attrs["NumJobStarts"] == 0
 
 
 def test_succeeded_completes_with_hook_done():
@@ -164,6 +178,36 @@ def test_eviction_is_a_new_attempt_then_held():
     assert run(None, gone=preempted).attrs["K8sAttempt"] == 1
     last = run(evicted, job(attempt=2, max_attempts=3))
     assert last.attrs["HoldReasonSubCode"] == subcode("evictions-exhausted")
+
+
+def test_on_a_ce_that_removes_restarts_a_started_pilot_waits_for_the_removal_with_no_pod():
+    """HTCondor-CE's ENABLE_JOB_RETRIES = False: the CE removes a routed pilot idle again after a
+    start, so its next pod would be deleted with the job once started; it gets none until
+    K8sRetryAfter, and only if the CE kept the job that long. An agent restart changes nothing (the
+    wait is in the ad); a pilot evicted before any start is retried at once, as the CE never counted it."""
+    evicted = pod("Failed", reason="Evicted")
+    started = {"ce_removes_restarts": True, "retry_wait": 19, "job_start_date": NOW - 50, "pod_uid": "u-1",
+               "num_job_starts": 1}
+    first = run(evicted, job(**started))
+    assert first.attrs["JobStatus"] == 1 and first.attrs["K8sRetryAfter"] == NOW + 19 and not first.create
+    assert "K8sPodName" not in first.attrs and "K8sAttempt" not in first.attrs
+    assert "ENABLE_JOB_RETRIES" in first.attrs["K8sPodReason"]
+    waiting = job(**started, retry_after=NOW + 5)
+    assert run(evicted, waiting).attrs == {} and not run(evicted, waiting).create
+    # the pod gone and the agent restarted (no tombstone, no memory): still no pod before the time
+    assert run(None, waiting, create=CreateInfo(CREATE_NONE)).attrs == {}
+    assert not run(None, waiting, create=CreateInfo(CREATE_NONE)).create
+    kept = run(evicted, job(**started, retry_after=NOW))                 # the CE kept it: next attempt
+    assert kept.attrs["K8sAttempt"] == 1 and kept.attrs["K8sPodName"] == "p1" and kept.attrs["K8sRetryAfter"] == 0
+    never_started = run(evicted, job(ce_removes_restarts=True, retry_wait=19))
+    assert never_started.attrs["K8sAttempt"] == 1 and never_started.attrs["K8sPodName"] == "p1"
+    elsewhere = run(evicted, job(job_start_date=NOW - 50, num_job_starts=1))   # a CE that removes nothing
+    assert elsewhere.attrs["K8sAttempt"] == 1
+    # a pod that ran before its start was reported is a start all the same: the CE is told, and waits
+    ran = pod("Failed", reason="Evicted", state={"terminated": {"startedAt": T1, "finishedAt": T2, "exitCode": 137}})
+    unreported = run(ran, job(ce_removes_restarts=True, retry_wait=19))
+    assert unreported.attrs["NumJobStarts"] == 1 and unreported.attrs["JobStartDate"] == 1760000100
+    assert unreported.attrs["K8sRetryAfter"] == NOW + 19 and "K8sPodName" not in unreported.attrs
 
 
 def test_temporary_create_failure_keeps_idle_and_retries():

@@ -162,6 +162,12 @@ def test_factory_submits_with_a_token_and_sees_what_the_ce_sees(env):
         assert out.status == "completed", (out.job, out.status, out.hold_reason)
         assert out.exit_code == out.pilot.exit_code
         assert f"glidein {out.index} ran" in out.stdout
+        assert out.stderr.strip() == f"glidein {out.index} stderr"     # staged back over HTCondor-C, apart
+    # nothing left behind: the factory's jobs leave both queues once staged out
+    _wait(lambda: not [a for a in json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes",
+                                                 "AuthTokenSubject") or "[]") if a.get("AuthTokenSubject")],
+          what="the factory's jobs gone from the CE queue")
+    _wait(lambda: not env.query("true", schedd=env.factory_name), what="the factory's queue empty")
 
 
 def _osg_autoconf_entries(schedd_ad: dict) -> dict[str, dict]:
@@ -263,6 +269,9 @@ def test_a_local_condor_ce_submit_runs_and_returns_exit_code_and_output(env):
         assert out.stderr.strip() == f"glidein {out.index} stderr"
     assert _stats(env)["pods"]["pods_created"] - before == 2             # one pod per job
     _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")
+    ours = " || ".join(f'RoutedFromJobId == "{job}"' for job in demo.outcomes)
+    routed = env.history(f"RoutedBy =?= \"htcondor-ce\" && ({ours})", ("Managed", "K8sPodName"))
+    assert len(routed) == 2 and all(ad["Managed"] == "ScheddDone" and ad["K8sPodName"] for ad in routed), routed
 
 
 def test_a_failed_pod_is_a_hold_the_factory_sees_and_its_condor_rm_cleans_up(env):
@@ -380,3 +389,45 @@ def test_only_a_token_the_ce_maps_for_its_audience_with_write_scopes_may_submit(
     read_only = env.issuer.mint(SCITOKEN_SUBJECT, audience, scopes="compute.read")
     reader = _ping_write_with_scitoken(env, "reader", read_only)
     assert f'"DENIED" from server for user {PILOT_ACCOUNT}@{UID_DOMAIN} using method SCITOKENS' in reader, reader
+
+
+# --------------------------------------------------------------------------------------- evictions
+def test_an_evicted_pilot_that_started_is_removed_by_the_ce_and_never_started_again(env):
+    """HTCondor-CE's ENABLE_JOB_RETRIES = False: once the CE has counted the pilot's start, an eviction
+    of its pod makes the CE remove the job ("disabled job retries") and HTCondor-C hold it on the
+    factory; ce-k8s makes no second pod meanwhile (K8sRetryAfter), so the pilot is not started again
+    only to be killed (before this rule 2 of 4 such pilots got one in the 50-pilot demo)."""
+    from test_real_condor import _no_pods_left, _pods, _stats
+
+    before = _stats(env)["pods"]["pods_created"]
+    demo = RealDemo(env, factory=True)
+    demo.submit([make_pilot(0, "cpu1", run_s=4000)])          # 200 s at the bed's time scale
+    job = next(iter(demo.outcomes))
+
+    def ce_started():
+        ads = json.loads(_ce(env, "condor_ce_q", "-allusers", "-json", "-attributes",
+                             "ClusterId,ProcId,JobStatus,NumJobStarts,AuthTokenSubject") or "[]")
+        return next((a for a in ads if a.get("AuthTokenSubject") and a["JobStatus"] == 2
+                     and a.get("NumJobStarts") == 1), None)
+
+    source = _wait(ce_started, timeout=180, what="the CE job running, its start counted")
+    pod = next(p for p in _pods(env) if p.status.phase == "Running")
+    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}}
+    env.core_api().create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+
+    def factory_held():
+        ads = json.loads(env.factory_run(["condor_q", "-json", "-name", env.factory_name, job, "-attributes",
+                                          "JobStatus,HoldReason"]).stdout or "[]")
+        return next((a for a in ads if a["JobStatus"] == 5), None)
+
+    _wait(factory_held, timeout=180, what="the factory's job held after the CE removed it")
+    ce_id = f"{source['ClusterId']}.{source['ProcId']}"
+    removed = env.history(f'ClusterId == {source["ClusterId"]} && ProcId == {source["ProcId"]}',
+                          ("JobStatus", "RemoveReason"))
+    assert removed and removed[0]["JobStatus"] == 3 and "disabled job retries" in removed[0]["RemoveReason"], removed
+    routed = env.history(f'RoutedFromJobId == "{ce_id}"', ("K8sRetryAfter", "K8sAttempt", "K8sPodReason"))
+    assert routed and routed[0].get("K8sRetryAfter", 0) > 0 and not routed[0].get("K8sAttempt"), routed
+    assert _stats(env)["pods"]["pods_created"] - before == 1, "the evicted pilot got a second pod"
+    env.factory_run(["condor_rm", "-name", env.factory_name, job], user=FACTORY_ACCOUNT)
+    _wait(lambda: _no_pods_left(env), what="pods and Secrets deleted")

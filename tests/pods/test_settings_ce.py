@@ -143,3 +143,23 @@ def test_the_agent_log_is_in_the_ce_log_directory():
     assert settings_of(CE_BASE, SHIPPED, "CE_K8S_AGENT_LOG = /var/log/k8s.log\n").agent_log == "/var/log/k8s.log"
     with pytest.raises(SettingsError, match=r"CE_K8S_AGENT_LOG: 'agent\.log' must be an absolute path"):
         settings_of(CE_BASE, SHIPPED, "CE_K8S_AGENT_LOG = agent.log\n")
+
+
+def test_the_ces_retry_policy_is_read_as_the_schedd_applies_it(stock_ce):
+    """HTCondor-CE's own files: ENABLE_JOB_RETRIES false and used by SYSTEM_PERIODIC_REMOVE (through
+    REMOVE_CLAUSE_2), so a started pilot's next attempt waits for the CE's removal; how long comes
+    from the CE's poll intervals (HTCondor's defaults 10 s and 60 s), CE_K8S_RETRY_WAIT overrides.
+    The knob alone (ce-k8s's embedded configuration, which has no SYSTEM_PERIODIC_REMOVE) or a site's
+    ENABLE_JOB_RETRIES = True removes nothing, and retries go on at once."""
+    stock = Settings.from_config(CondorConfig.load(stock_ce.condor_config))
+    assert stock.ce_removes_restarts and stock.retry_wait == 2 * 10 + 60 + 10
+    site = stock_ce.write_site("99-local.conf", "JOB_ROUTER_POLLING_PERIOD = 2\nPERIODIC_EXPR_INTERVAL = 5\n")
+    assert site.exists() and Settings.from_config(CondorConfig.load(stock_ce.condor_config)).retry_wait == 19
+    stock_ce.write_site("99-local.conf", "CE_K8S_RETRY_WAIT = 300\n")
+    assert Settings.from_config(CondorConfig.load(stock_ce.condor_config)).retry_wait == 300
+    stock_ce.write_site("99-local.conf", "ENABLE_JOB_RETRIES = True\n")
+    assert not Settings.from_config(CondorConfig.load(stock_ce.condor_config)).ce_removes_restarts
+    embedded = Settings.from_config(CondorConfig.load(ROOT / "config.d"))
+    assert not embedded.ce_removes_restarts
+    assert not settings_of(CE_BASE, "ENABLE_JOB_RETRIES = False\nSYSTEM_PERIODIC_REMOVE = JobStatus == 5\n") \
+        .ce_removes_restarts

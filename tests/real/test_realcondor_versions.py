@@ -1,7 +1,7 @@
 """The real-HTCondor bed's choice of HTCondor: one pinned version per `--htcondor`, one root each.
 
 These run without building anything: `_run` is replaced by a stand-in for debootstrap and apt, so
-what is checked is the bed's own logic (docs/real-condor.md, "What `up` builds"): the suite and
+what is checked is the bed's own logic (docs/real-condor.md, "What `up --ce-config bed` builds"): the suite and
 cache path per version, and that a suite that no longer carries the pinned version is an error
 naming the suite and the version found, before anything is installed.
 """
