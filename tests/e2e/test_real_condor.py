@@ -1,9 +1,10 @@
 """The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.real.condor).
 
-One environment per HTCondor version (`ce-k8s testbed real-condor up --htcondor 25|23`, torn down
-before the next): every test runs on 25 (what HTCondor-CE 25 runs and `ce-k8s route` models);
-the inertness, restart and route-agreement tests run on 23.9 too (`ON_BOTH`), the behaviour
-docs/real-condor.md compares between the two. The real
+One environment per HTCondor version, with the bed's own CE configuration (`ce-k8s testbed
+real-condor up --htcondor 25|23 --ce-config bed`, torn down before the next): what only that
+configuration has, and the route agreement; the inertness, restart and route-agreement tests run
+on 23.9 too (`ON_BOTH`), the behaviour docs/real-condor.md compares between the two. The pilot's
+path on 25 is judged on HTCondor-CE's own configuration (test_real_ce_config.py). The real
 collector, CE schedd, condor_job_router, gridmanager and BLAH (in the worst case: BLAH accepts
 the `k8s` LRMS and records every call), a factory schedd submitting over HTCondor-C, and the
 ce-k8s agent under condor_master; only Kubernetes is emulated. Needs root, as CI runs; the root
