@@ -208,14 +208,23 @@ def _describe(cfg: ConfigSource, knob: str) -> str:
     return f"{knob} ({file}:{line})" if line else f"{knob} ({file})"
 
 
-def _mentions(cfg: ConfigSource, knob: str, target: str, depth: int = 6) -> bool:
-    """Whether the unexpanded value of `knob`, or of a macro it uses (a few levels down), names `target`."""
+def _mentions(cfg: ConfigSource, knob: str, target: str) -> bool:
+    """Whether the unexpanded value of `knob`, or of a macro it uses at any depth, names `target`.
+    Each macro is read once (a breadth-first walk), so shared or self-referencing macros cost nothing."""
     raw = getattr(cfg, "raw", None)
-    text = (raw(knob) if callable(raw) else None) or ""
-    if re.search(rf"\$\({re.escape(target)}\)", text, re.IGNORECASE):
-        return True
-    return depth > 0 and any(_mentions(cfg, inner, target, depth - 1)
-                             for inner in set(re.findall(r"\$\(([A-Za-z0-9_.]+)\)", text)))
+    if not callable(raw):
+        return False
+    todo, seen = [knob.upper()], {knob.upper()}
+    while todo:
+        text = raw(todo.pop()) or ""
+        for inner in re.findall(r"\$\(([A-Za-z0-9_.]+)\)", text):
+            name = inner.upper()
+            if name == target.upper():
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return False
 
 
 def _ce_removes_restarts(cfg: ConfigSource, r: _Reader) -> bool:

@@ -163,3 +163,14 @@ def test_the_ces_retry_policy_is_read_as_the_schedd_applies_it(stock_ce):
     assert not embedded.ce_removes_restarts
     assert not settings_of(CE_BASE, "ENABLE_JOB_RETRIES = False\nSYSTEM_PERIODIC_REMOVE = JobStatus == 5\n") \
         .ce_removes_restarts
+
+
+def test_the_policy_walk_reads_each_macro_once_and_ends_on_a_cycle():
+    """SYSTEM_PERIODIC_REMOVE's macros are followed at any depth, a cycle (A uses B uses A) ends the
+    walk instead of recursing, and a knob only named in text (not used as $(...)) does not count."""
+    cyclic = ("ENABLE_JOB_RETRIES = False\nA = $(B) || $(ENABLE_JOB_RETRIES_X)\nB = $(A)\n"
+              "SYSTEM_PERIODIC_REMOVE = $(A) || ENABLE_JOB_RETRIES\n")
+    assert not settings_of(CE_BASE, cyclic).ce_removes_restarts
+    deep = "ENABLE_JOB_RETRIES = False\nC1 = $(C2)\nC2 = $(C3)\nC3 = $(C4)\nC4 = $(C5)\nC5 = $(C6)\nC6 = $(C7)\n" \
+           "C7 = JobStatus == 1 && $(ENABLE_JOB_RETRIES) =!= True\nSYSTEM_PERIODIC_REMOVE = $(C1) || $(C1)\n"
+    assert settings_of(CE_BASE, deep).ce_removes_restarts
