@@ -8,6 +8,7 @@ Pieces, each in its own module:
 * `credentials.CredentialRefresher` — a proxy/token renewed in the spool patched into the live
   pod's Secret (a `stat` per update, the copy on its own thread);
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
+* `outputfetch.OutputFetches` — one log fetch per pod, and none written after the pod's cleanup;
 * `deletions.Deletions` — which pods a delete path has claimed, so each pod is deleted once;
 * `journal.PostJournal` — the pod names whose create was sent, kept across restarts (F1), and
   the pods a cleanup released for a re-route;
@@ -53,7 +54,8 @@ from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.metrics import AgentMetrics
 from ce_k8s.agent.options import AgentOptions, default_output_dir
-from ce_k8s.agent.output import OutputStore
+from ce_k8s.agent.output import OutputStore, SavedOutput
+from ce_k8s.agent.outputfetch import OutputFetches
 from ce_k8s.agent.podinfo import LABEL_CE, LABEL_MANAGED_BY, MANAGER, PodInfo
 from ce_k8s.agent.ratelimit import TokenBucket, backoff
 from ce_k8s.agent.sourceprobe import GONE, SourceProbe, make_source_probe
@@ -161,6 +163,7 @@ class Agent:
         # here first: one delete call per pod (deletions.py; docs/agent.md "Deleting a pod once").
         self.deletions = Deletions()
         self._split_logs: bool | None = None   # does the API server honour `stream=` on pod logs?
+        self._stream_probe = threading.Lock()  # one fetch asks that; the others wait for its answer
         self.pool = ThreadPoolExecutor(max_workers=max(4, settings.create_concurrency), thread_name_prefix="ce-k8s-io")
         from ce_k8s.agent.creator import Creator
 
@@ -178,7 +181,7 @@ class Agent:
         self.output = OutputStore(self.options.output_dir or default_output_dir(settings.spool),
                                   self.options.max_output_bytes)
         self.journal = PostJournal(self.output.directory)
-        self._fetching: set[str] = set()               # pod names whose log is being saved
+        self.fetches = OutputFetches()                 # log fetches in flight; pods whose cleanup ran
         self._output_tries: dict[str, tuple[int, float]] = {}   # name -> (failures, next try time)
         self.prom = AgentMetrics(pods=lambda: self.cache.pods.values(), last_event=lambda: self.cache.last_event,
                                  extra=self._gauges)
@@ -622,14 +625,14 @@ class Agent:
                 log.warning("%s", fields(event="cleanup-skipped", job=job, pod=n, namespace=pod.namespace,
                                          why="pod belongs to another job or owner"))
                 continue
-            self._forget_output(n, owner, gjid)
+            gone = self.cache.get_gone(n) if pod is None else None
+            uid = (pod.uid if pod is not None else gone.uid if gone is not None else "") or None
+            self._forget_output(n, uid, owner, gjid)
             if n != name and pod is None:
                 continue
             namespace = pod.namespace if pod is not None else rec.namespace
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
-            gone = self.cache.get_gone(n) if pod is None else None
-            uid = (pod.uid if pod is not None else gone.uid if gone is not None else "") or None
             deleted += self._cleanup_delete(n, namespace, uid, job, now)
         log.info("%s", fields(event="cleanup", job=job, pod=name, pods_deleted=deleted,
                               released=keep.name if keep is not None else None))
@@ -639,12 +642,16 @@ class Agent:
                                          f"({deleted} other pod(s) deleted)").encode()]
         return (protocol.STATUS_OK if deleted else protocol.STATUS_NOTFOUND), [f"{deleted} pod(s) deleted".encode()]
 
-    def _forget_output(self, name: str, owner: str, gjid: str | None) -> None:
-        """Drop the saved output of `name` if it is this job's (finalize ran: hook-protocol.md §2.5 follows §2.4)."""
-        meta = self.output.meta(name)
-        if meta is not None and meta.owner in (owner, label_value(owner)) \
-                and not (gjid and meta.global_job_id and meta.global_job_id != gjid):
-            self.output.remove(name)
+    def _forget_output(self, name: str, uid: str | None, owner: str, gjid: str | None) -> None:
+        """Drop the saved output of `name` if it is this job's (finalize ran: hook-protocol.md §2.5 follows §2.4),
+        and close the pod's output for good: a fetch in flight discards its result, and the
+        deletion's own watch events start no new one (outputfetch.py)."""
+        def remove() -> None:
+            meta = self.output.meta(name)
+            if meta is not None and meta.owner in (owner, label_value(owner)) \
+                    and not (gjid and meta.global_job_id and meta.global_job_id != gjid):
+                self.output.remove(name)
+        self.fetches.close(name, uid, remove)
         self._output_tries.pop(name, None)
 
     def _delete_wait(self) -> float:
@@ -897,22 +904,28 @@ class Agent:
             self._want_output(pod)
 
     def _want_output(self, pod: PodInfo, now: float | None = None) -> None:
-        """Queue a log fetch for a finished pod that will complete its job, unless saved or queued."""
-        if pod.name in self._fetching or self.output.has(pod.name, pod.uid) or not completes(pod):
+        """Queue a log fetch for a finished pod that will complete its job, unless saved, queued or
+        closed by its cleanup. The watch thread and update hooks call this for the same pod at once:
+        `fetches.begin` decides, checking "saved" again under the lock the save is written under."""
+        if pod.name in self.fetches or self.output.has(pod.name, pod.uid) or not completes(pod):
             return
         tries = self._output_tries.get(pod.name)
         if tries is not None and (tries[0] >= OUTPUT_TRIES or (now or time.time()) < tries[1]):
             return
-        self._fetching.add(pod.name)
+        generation = self.fetches.begin(pod.name, pod.uid, saved=lambda: self.output.has(pod.name, pod.uid))
+        if generation is None:
+            return
         try:
-            self.pool.submit(self._save_output, pod)
+            self.pool.submit(self._save_output, pod, generation)
         except RuntimeError:       # shutting down
-            self._fetching.discard(pod.name)
+            self.fetches.end(pod.name, generation)
 
     def _output_saved(self, pod: PodInfo | None, now: float) -> bool:
         """Whether completion may be reported: output saved, or saving it is hopeless."""
         if pod is None or self.output.has(pod.name, pod.uid):
             return True
+        if self.fetches.closed(pod.name, pod.uid):
+            self.fetches.reopen(pod.name)     # a new routing of the job names it again (outputfetch.py)
         tries = self._output_tries.get(pod.name)
         if tries is not None and tries[0] >= OUTPUT_TRIES:
             return True            # given up (logged): report the completion without output
@@ -920,47 +933,72 @@ class Agent:
             # The pod is gone: its log is gone with it. Save a "lost" entry (in the pool, never on
             # this thread) so finalize can say why, then report.
             self._want_output(pod, now)
-            return pod.name not in self._fetching and self.output.has(pod.name)
+            return pod.name not in self.fetches and self.output.has(pod.name)
         self._want_output(pod, now)
         return False
 
-    def _save_output(self, pod: PodInfo) -> None:
-        """Read the finished pod's log (bounded) and store it; a vanished pod leaves a 'lost' entry."""
+    def _save_output(self, pod: PodInfo, generation: int) -> None:
+        """Read the finished pod's log (bounded) and store it; a vanished pod leaves a 'lost' entry.
+        Nothing is stored when the pod's cleanup ran while the log was read (outputfetch.py)."""
         job = self._job_for(pod.name)
         self.usage.settle_pod(pod)       # its final usage first: the completion carries it (accounting.py)
-        common = {"uid": pod.uid, "namespace": pod.namespace, "owner": pod.owner,
-                  "global_job_id": pod.global_job_id}
         try:
-            if self.output.max_bytes <= 0:
-                meta = self.output.save(pod.name, out=b"", err=b"", split=False,
-                                        lost="output return is off (CE_K8S_MAX_OUTPUT_BYTES = 0)", **common)
-            else:
-                try:
-                    out, err, split = self.read_logs(pod, self.output.max_bytes + 1)
-                    meta = self.output.save(pod.name, out=out, err=err, split=split, **common)
-                except ApiException as exc:
-                    if exc.status not in (400, 404):
-                        raise
-                    meta = self.output.save(pod.name, out=b"", err=b"", split=False,
-                                            lost=f"the pod's log could not be read (HTTP {exc.status}: pod deleted "
-                                                 "before ce-k8s saved it)", **common)
-            self._output_tries.pop(pod.name, None)
+            meta = self._commit_output(pod, generation, self._fetch_output(pod))
+            if meta is None:
+                log.info("%s", fields(event="output-discarded", job=job, pod=pod.name,
+                                      why="cleanup ran while the log was read"))
+                return
             result = "lost" if meta.lost else "truncated" if meta.truncated else "saved"
             self.prom.outputs.labels(result).inc()
             level = logging.WARNING if meta.lost else logging.INFO
             log.log(level, "%s", fields(event="output-" + result, job=job, pod=pod.name, split=meta.split,
                                         why=meta.lost or None))
         except Exception as exc:
+            self._output_failed(pod, generation, job, exc)
+        finally:
+            self.fetches.end(pod.name, generation)
+
+    def _fetch_output(self, pod: PodInfo) -> tuple[bytes, bytes, bool, str]:
+        """(stdout, stderr, split, lost) of a finished pod: its log through the API (one read per
+        stream the server splits, else one), or why there is none. Raises on errors worth a retry."""
+        if self.output.max_bytes <= 0:
+            return b"", b"", False, "output return is off (CE_K8S_MAX_OUTPUT_BYTES = 0)"
+        try:
+            out, err, split = self.read_logs(pod, self.output.max_bytes + 1)
+        except ApiException as exc:
+            if exc.status not in (400, 404):
+                raise
+            return b"", b"", False, (f"the pod's log could not be read (HTTP {exc.status}: pod deleted "
+                                     "before ce-k8s saved it)")
+        return out, err, split, ""
+
+    def _commit_output(self, pod: PodInfo, generation: int,
+                       fetched: tuple[bytes, bytes, bool, str]) -> SavedOutput | None:
+        """Store a fetched log unless the pod's cleanup closed this fetch since it began: None then.
+        Written under the book's lock, which the cleanup's removal also takes, so a result can never
+        land after the cleanup removed the entry."""
+        out, err, split, lost = fetched
+        with self.fetches.committing(pod.name, generation) as current:
+            if not current:
+                return None
+            meta = self.output.save(pod.name, uid=pod.uid, namespace=pod.namespace, owner=pod.owner,
+                                    global_job_id=pod.global_job_id, out=out, err=err, split=split, lost=lost)
+            self._output_tries.pop(pod.name, None)
+            return meta
+
+    def _output_failed(self, pod: PodInfo, generation: int, job: str, exc: Exception) -> None:
+        """Count a failed fetch toward OUTPUT_TRIES with a back-off, unless the pod was closed meanwhile."""
+        with self.fetches.committing(pod.name, generation) as current:
+            if not current:
+                return
             failures = self._output_tries.get(pod.name, (0, 0.0))[0] + 1
             self._output_tries[pod.name] = (failures, time.time() + backoff(failures, base=1.0, cap=30.0))
-            final = failures >= OUTPUT_TRIES
-            if final:
-                self.prom.outputs.labels("failed").inc()
-            log.warning("%s", fields(event="output-failed", job=job, pod=pod.name, attempt=failures,
-                                     error=_short(exc), action="report completion without output" if final
-                                     else "retry"))
-        finally:
-            self._fetching.discard(pod.name)
+        final = failures >= OUTPUT_TRIES
+        if final:
+            self.prom.outputs.labels("failed").inc()
+        log.warning("%s", fields(event="output-failed", job=job, pod=pod.name, attempt=failures,
+                                 error=_short(exc), action="report completion without output" if final
+                                 else "retry"))
 
     def handle_logs(self, text: str, uid: int) -> tuple[str, list[bytes]]:
         """[spool root, stdout, stderr] of the job's pod for the finalize hook: the saved output, else
@@ -1019,8 +1057,16 @@ class Agent:
 
         Raises ApiException (404: the pod is gone) and transport errors; the caller decides.
         """
+        if self._split_logs is None:
+            with self._stream_probe:       # one probe: fetches that start meanwhile wait for its answer
+                if self._split_logs is None:
+                    return self._read_streams(pod, limit)
         if self._split_logs is False:
             return self._log(pod, None, limit), b"", False
+        return self._read_streams(pod, limit)
+
+    def _read_streams(self, pod: PodInfo, limit: int) -> tuple[bytes, bytes, bool]:
+        """Ask for `Stdout` and `Stderr` apart, and learn from the answers whether the server splits."""
         try:
             out = self._log(pod, "Stdout", limit)
         except ApiException as exc:
@@ -1142,6 +1188,7 @@ class Agent:
         self._gc_accounting(now)
         self.journal.prune(now)
         self.output.prune(now - max(2 * grace, 86400), keep=set(self.cache.pods))
+        self.fetches.prune(now - max(grace, 600), keep=set(self.cache.pods))
         with self.jobs_lock:
             for name in [n for n, r in self.jobs.items()
                          if r.create.state != CREATE_PENDING and n not in self.cache.pods

@@ -7,7 +7,9 @@ with `-spool` by their pilot accounts (as the CE's own Condor-C receiver leaves 
 GlideinWMS submits. The real job router routes them, our hooks and agent run them as pods on the
 emulated cluster, and this module plays the factory: it evicts the first pod of the pilots
 marked for it (through the API, as a drain would), collects completed pilots' output
-(`condor_transfer_data`, or the factory's own HTCondor-C stage-out) and removes held ones.
+(`condor_transfer_data`, or the factory's own HTCondor-C stage-out) and removes held ones. A pilot
+the CE removed (HTCondor-CE's no-retry policy after an eviction) is counted as removed, with the
+CE's reason (`ce_k8s.sim.outcomes`); the run ends once every pilot has an outcome.
 
 The summary has the keys of the emulated demo (`ce_k8s.sim.router_testbed.TestBed.summary`) that
 mean the same here, plus `factory_*` when the factory submitted.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ce_k8s.real.condor import RealCondor
+from ce_k8s.sim.outcomes import COMPLETED, HELD, JOB_HELD, LOST, QUEUED, REMOVED, ce_job_id, classify
 from ce_k8s.sim.pilots import Pilot
 
 log = logging.getLogger(__name__)
@@ -35,10 +38,8 @@ log = logging.getLogger(__name__)
 SHAPE_ATTRS = ("xcount", "maxMemory", "maxWallTime", "RequestGPUs", "WantWholeNode", "GlideinEntryName",
                "GlideinFactory", "GlideinClient", "GlideinFrontendName")
 PILOT_SCRIPT = "#!/bin/sh\n# demo glidein: the kubelet simulator plays DemoScenario instead\nexit 0\n"
-DONE, HELD_ST, REMOVED = 4, 5, 3
 STATUS_ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "HoldReason", "HoldReasonCode", "DemoIndex",
-                "JobFinishedHookDone")
-SPOOLING_INPUT = 16   # condor_submit -spool holds the job until its sandbox is in (HoldReasonCode 16)
+                "JobFinishedHookDone", "RemoveReason", "GridJobId")
 
 
 def _literal(value: object) -> str:
@@ -54,11 +55,12 @@ class RealOutcome:
     pilot: Pilot
     index: int
     job: str = ""            # the job the submitter knows (CE source job, or the factory's job)
-    status: str = "queued"   # queued | completed | held | lost
+    status: str = QUEUED     # queued | completed | held | removed | lost (ce_k8s.sim.outcomes)
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
     hold_reason: str = ""
+    remove_reason: str = ""
 
 
 class RealDemo:
@@ -145,23 +147,39 @@ class RealDemo:
     def _schedd_args(self) -> list[str]:
         return ["-name", self.env.factory_name] if self.factory else []
 
-    def _jobs(self) -> dict[str, dict]:
-        args = ["condor_q", "-allusers", "-json", *self._schedd_args(), "-attributes", ",".join(STATUS_ATTRS)]
+    def _ads(self, command: str, schedd_args: list[str], constraint: str | None = None) -> dict[str, dict]:
+        """`condor_q` or `condor_history` as JSON ads by `cluster.proc` (none when the command fails)."""
+        args = [command, "-json", *schedd_args, "-attributes", ",".join(STATUS_ATTRS)]
+        if command == "condor_q":
+            args.insert(1, "-allusers")
+        if constraint is not None:
+            args += ["-constraint", constraint]
         text = self.env.run(args, check=False, timeout=60).stdout.strip()
         ads = json.loads(text) if text.startswith("[") else []
         return {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in ads}
 
+    def _jobs(self) -> dict[str, dict]:
+        return self._ads("condor_q", self._schedd_args())
+
     def _history(self) -> dict[str, dict]:
-        args = ["condor_history", "-json", *self._schedd_args(), "-attributes", ",".join(STATUS_ATTRS)]
-        text = self.env.run(args, check=False, timeout=60).stdout.strip()
-        ads = json.loads(text) if text.startswith("[") else []
-        return {f"{ad['ClusterId']}.{ad['ProcId']}": ad for ad in ads}
+        return self._ads("condor_history", self._schedd_args())
+
+    def _ce_ads(self, ids: set[str]) -> dict[str, dict]:
+        """The CE's ads (queue, else history) of these CE jobs: what became of a factory's held
+        pilots there. One query of each for all of them."""
+        if not ids:
+            return {}
+        constraint = " || ".join(f"(ClusterId == {c} && ProcId == {p})"
+                                 for c, p in (i.split(".") for i in sorted(ids)))
+        found = self._ads("condor_history", [], constraint)
+        found.update(self._ads("condor_q", [], constraint))
+        return found
 
     def _evict(self) -> None:
         """Evict the first pod of each pilot marked for it, once that pod runs (policy/v1 Eviction)."""
         from kubernetes.client.rest import ApiException
 
-        todo = {o.index for o in self.outcomes.values() if o.pilot.evicted and o.status == "queued"} - \
+        todo = {o.index for o in self.outcomes.values() if o.pilot.evicted and o.status == QUEUED} - \
             {int(i) for i in self.evicted}
         if not todo:
             return
@@ -183,51 +201,64 @@ class RealDemo:
                     continue
             self.evicted.add(str(index))
 
-    def _collect(self, job: str, outcome: RealOutcome, ad: dict) -> None:
-        status = ad.get("JobStatus")
+    def _collect(self, job: str, outcome: RealOutcome, ad: dict, ce_ad: dict | None = None) -> None:
+        """Record the pilot's outcome, if its ad shows one, and do what a factory does with it:
+        stage out a completed pilot's output, remove a held one (`ce_ad`: the CE's ad of a factory
+        job's CE job, which tells a hold from a removal by the CE)."""
+        verdict = classify(ad, ce_ad)
         owner = "gfactory" if self.factory else outcome.pilot.owner
-        if status == DONE:
-            if ad.get("JobFinishedHookDone") is None:
-                # Completed, but the router has not finalized it yet (its finalize hook writes the
-                # output): HTCondor-C waits for this too (condorjob.cpp, m_remoteJobFinished).
-                return
+        if verdict.status == COMPLETED:
             if not self.factory:
                 self.env.run(["condor_transfer_data", job], user=owner, cwd=str(self.workdir), check=False)
                 self.env.run(["condor_rm", job], user=owner, check=False)
-            outcome.status = "completed"
+            outcome.status = COMPLETED
             outcome.exit_code = ad.get("ExitCode")
             for stream in ("out", "err"):
                 path = self.workdir / f"p{outcome.index}.{stream}"
                 setattr(outcome, "stdout" if stream == "out" else "stderr",
                         path.read_text(errors="replace") if path.exists() else "")
-        elif status == HELD_ST and ad.get("HoldReasonCode") != SPOOLING_INPUT:
-            outcome.status = "held"
-            outcome.hold_reason = str(ad.get("HoldReason", ""))
-            self.env.run(["condor_rm", *self._schedd_args(), job], user=owner, check=False)
+        elif verdict.status in (HELD, REMOVED):
+            outcome.status = verdict.status
+            if verdict.status == HELD:
+                outcome.hold_reason = verdict.reason
+            else:
+                outcome.remove_reason = verdict.reason
+            if ad.get("JobStatus") == JOB_HELD:
+                self.env.run(["condor_rm", *self._schedd_args(), job], user=owner, check=False)
 
     def run(self, timeout: float = 600, progress=None) -> None:
+        """Poll until every pilot has an outcome (completed, held or removed); those still without
+        one at `timeout` are lost."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            queued = [j for j, o in self.outcomes.items() if o.status == "queued"]
+            queued = [j for j, o in self.outcomes.items() if o.status == QUEUED]
             if not queued:
                 return
-            jobs = self._jobs()
-            missing = [j for j in queued if j not in jobs]
-            history = self._history() if missing else {}
-            for job in queued:
-                ad = jobs.get(job) or history.get(job)
-                if ad is not None:
-                    self._collect(job, self.outcomes[job], ad)
+            self._turn(queued)
             self._evict()
             self._maybe_restart_agent(progress)
             if progress is not None:
                 counts = Counter(o.status for o in self.outcomes.values())
-                progress(f"[{time.monotonic() - self.started:6.1f}s] completed {counts['completed']}/"
-                         f"{len(self.outcomes)} held {counts['held']} pods {self.stats()['pods']['pods_created']}")
-            time.sleep(1.0)
+                progress(f"[{time.monotonic() - self.started:6.1f}s] completed {counts[COMPLETED]}/"
+                         f"{len(self.outcomes)} held {counts[HELD]} removed {counts[REMOVED]} "
+                         f"pods {self.stats()['pods']['pods_created']}")
+            if any(o.status == QUEUED for o in self.outcomes.values()):
+                time.sleep(1.0)
         for o in self.outcomes.values():
-            if o.status == "queued":
-                o.status = "lost"
+            if o.status == QUEUED:
+                o.status = LOST
+
+    def _turn(self, queued: list[str]) -> None:
+        """One look at the submitter's queue (and history, for jobs that left it) for the pilots
+        without an outcome; for a factory's held jobs, at the CE's ads of the jobs they became."""
+        jobs = self._jobs()
+        missing = [j for j in queued if j not in jobs]
+        history = self._history() if missing else {}
+        ads = {job: ad for job in queued if (ad := jobs.get(job) or history.get(job)) is not None}
+        held = {ce_job_id(ad) for ad in ads.values() if self.factory and ad.get("JobStatus") == JOB_HELD}
+        ce_ads = self._ce_ads({i for i in held if i})
+        for job, ad in ads.items():
+            self._collect(job, self.outcomes[job], ad, ce_ads.get(ce_job_id(ad) or ""))
 
     def _maybe_restart_agent(self, progress=None) -> None:
         if not self.restart_agent or self.agent_restarts:
@@ -266,9 +297,12 @@ class RealDemo:
         out: dict[str, object] = {
             "condor": "real",
             "pilots": len(self.outcomes),
-            "completed": counts["completed"],
-            "held": counts["held"],
-            "lost": counts["lost"] + counts["queued"],
+            "completed": counts[COMPLETED],
+            "held": counts[HELD],
+            "removed": counts[REMOVED],
+            "remove_reasons": dict(Counter(o.remove_reason for o in self.outcomes.values()
+                                           if o.status == REMOVED)),
+            "lost": counts[LOST] + counts[QUEUED],
             "pods_created": pods["pods_created"],
             "duplicate_pods": pods["recreated"] + pods["overlapping"],
             "pods_left": stats["pods_left"],
@@ -276,18 +310,19 @@ class RealDemo:
             "evicted": len(self.evicted),
             "agent_restarts": self.agent_restarts,
             "wall_s": round(wall, 1),
-            "pilots_per_s": round(counts["completed"] / wall, 3) if wall > 0 else 0.0,
+            "pilots_per_s": round(counts[COMPLETED] / wall, 3) if wall > 0 else 0.0,
             "exit_codes_right": sum(1 for o in self.outcomes.values()
-                                    if o.status == "completed" and o.exit_code == o.pilot.exit_code),
+                                    if o.status == COMPLETED and o.exit_code == o.pilot.exit_code),
             "stdout_returned": sum(1 for o in self.outcomes.values()
-                                   if o.status == "completed" and f"glidein {o.index} ran" in o.stdout),
+                                   if o.status == COMPLETED and f"glidein {o.index} ran" in o.stdout),
             "stderr_returned": sum(1 for o in self.outcomes.values()
-                                   if o.status == "completed" and f"glidein {o.index} stderr" in o.stderr),
+                                   if o.status == COMPLETED and f"glidein {o.index} stderr" in o.stderr),
             "blah_calls_k8s": _count_blah(self.env.blah_log, "k8s_"),
         }
         if self.factory:
-            out["factory_completed"] = counts["completed"]
-            out["factory_held"] = counts["held"]
+            out["factory_completed"] = counts[COMPLETED]
+            out["factory_held"] = counts[HELD]
+            out["factory_removed"] = counts[REMOVED]
         return out
 
 

@@ -85,7 +85,7 @@ def _progress(stream):
     return show
 
 
-STATUS = {"completed": "C", "held": "H", "lost": "X", "queued": "?", "batch": "B"}
+STATUS = {"completed": "C", "held": "H", "removed": "R", "lost": "X", "queued": "?", "batch": "B"}
 
 
 def _table(bed) -> str:
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace, kube_server=None) -> int:
         else:
             print(_table(bed))
             print()
-            print(f"{summary['completed']} completed, {summary['held']} held, {summary['lost']} lost; "
+            print(f"{summary['completed']} completed, {summary['held']} held, {summary['removed']} removed, "
+                  f"{summary['lost']} lost; "
                   f"{summary['pods_created']} pods created, {summary['duplicate_pods']} duplicates, "
                   f"{summary['pods_left']} pods and {summary['secrets_left']} secrets left; "
                   f"{summary['pilots_per_s']} pilots/s over {summary['wall_s']} s")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ce_k8s.sim.outcomes import REMOVED, classify
 from ce_k8s.sim.pilots import Pilot, generate, spool_sandbox
 from ce_k8s.sim.router import Router
 from ce_k8s.sim.schedd import JobStatus, Schedd, eval_int, eval_str
@@ -263,8 +264,9 @@ class Outcome:
 
     pilot: Pilot
     job: str
-    status: str = "queued"  # queued | completed | held | lost
+    status: str = "queued"  # queued | completed | held | removed | lost (ce_k8s.sim.outcomes) | batch
     exit_code: int | None = None
+    remove_reason: str = ""
     route: str = ""
     pod: str = ""
     node: str = ""
@@ -607,7 +609,7 @@ class TestBed:
                 continue
             ad = self.schedd.get(job)
             if ad is None:
-                out.status = "lost"
+                self._left_queue(job, out)
                 continue
             rj = self.router.jobs.get(job) if self.router else None
             if rj is not None and rj.dest_key:
@@ -620,7 +622,9 @@ class TestBed:
                         out.status = "batch"   # routed to the other backend; nothing more to wait for
                         continue
             status = eval_int(ad, "JobStatus")
-            if status == JobStatus.COMPLETED and eval_str(ad, "Managed") == "ScheddDone":
+            if status == JobStatus.REMOVED:
+                self._removed(out, ad)
+            elif status == JobStatus.COMPLETED and eval_str(ad, "Managed") == "ScheddDone":
                 out.exit_code = eval_int(ad, "ExitCode")
                 out.stdout, out.stderr = self._staged_out(ad)
                 out.status = "completed"
@@ -632,6 +636,22 @@ class TestBed:
                 self.holds[job] = (eval_int(ad, "HoldReasonCode"), eval_int(ad, "HoldReasonSubCode"),
                                    eval_str(ad, "HoldReason"))
                 self.schedd.remove(job, "held pilot removed by the factory")
+
+    def _left_queue(self, job: str, out: Outcome) -> None:
+        """The pilot's job left the queue with no outcome seen: removed if the schedd's history
+        says so (with its reason), else lost: nothing accounts for it."""
+        gone = self.schedd.history.get(job)
+        if gone is not None and eval_int(gone, "JobStatus") == JobStatus.REMOVED:
+            self._removed(out, gone)
+        else:
+            out.status = "lost"
+
+    @staticmethod
+    def _removed(out: Outcome, ad: Any) -> None:
+        """Removed by the CE (its policy, an admin) before it finished: an outcome, not a loss."""
+        verdict = classify({"JobStatus": eval_int(ad, "JobStatus"), "RemoveReason": eval_str(ad, "RemoveReason")})
+        out.status = REMOVED
+        out.remove_reason = verdict.reason
 
     @staticmethod
     def _staged_out(ad: Any) -> tuple[bytes, bytes]:
@@ -651,7 +671,7 @@ class TestBed:
 
     def run(self, timeout: float = 300.0, poll_interval: float = 1.0, restart_agent: bool = False,
             progress: Any = None) -> bool:
-        """Tick until every pilot is completed, held or lost; True if that happened in time."""
+        """Tick until every pilot is completed, held, removed or lost; True if that happened in time."""
         next_kill = time.monotonic() + self.rng.uniform(3, 10)
         deadline = time.monotonic() + timeout
         while self.pending() and time.monotonic() < deadline:
@@ -718,6 +738,7 @@ class TestBed:
             "pilots": len(self.outcomes),
             "completed": statuses["completed"],
             "held": statuses["held"],
+            "removed": statuses[REMOVED],
             "lost": statuses["lost"] + statuses["queued"],
             "batch_routed": batch["routed"],
             "batch_touched": batch["touched"],
@@ -739,4 +760,5 @@ class TestBed:
             "hook_seconds": {k: round(v, 2) for k, v in self.router.hook_seconds.items()},
             "router_events": dict(self.router.events),
             "hold_reasons": dict(Counter(f"{c}/{sc}: {(r or '')[:80]}" for c, sc, r in self.holds.values())),
+            "remove_reasons": dict(Counter(o.remove_reason for o in self.outcomes.values() if o.status == REMOVED)),
         }

@@ -18,10 +18,11 @@ import pytest
 from ce_k8s import protocol
 from ce_k8s.agent.options import AgentOptions
 from ce_k8s.agent.output import OutputDirError, OutputStore
+from ce_k8s.agent.outputfetch import OutputFetches
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+from .conftest import GJID, apply_output, make_spool, new_agent, routed_ad, text_of, wait
 
 NAME = pod_name(GJID, 0)
 T0, T1 = "2025-10-09T08:55:00Z", "2025-10-09T09:05:00Z"
@@ -153,6 +154,113 @@ def test_cleanup_removes_the_saved_output(agent, server, settings):
     agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
     assert not agent.output.has(NAME)
     assert not any(e.startswith(NAME) for e in os.listdir(agent.output.directory))
+
+
+def drain(agent, names):
+    """Wait until the watch has seen each pod's deletion end (MODIFIED with deletionTimestamp, then
+    DELETED: any fetch those events start has been submitted by then), then let every submitted
+    fetch run to its end: the pool is shut down without cancelling what is queued."""
+    for name in names:
+        wait(lambda name=name: agent.cache.get(name) is None)
+    agent.pool.shutdown(wait=True)
+
+
+def test_each_pilot_log_is_read_once_through_cleanup(agent, server, settings, tmp_root):
+    """docs/agent.md "What the agent does" (Output; Stdout and stderr): a pod's log is read once. The
+    emulator refuses `stream=` (a gate-off server), so the agent's first read is one refused probe
+    for all pods, then one read per pod; neither finalize (served from the saved entry,
+    hook-protocol.md §2.4) nor the cleanup's deletion (hook-protocol.md §2.5), whose watch events show
+    the finished pod again after its entry was removed, reads it again, and nothing is saved for a
+    pod after its cleanup."""
+    pilots = []
+    for cluster in (4711, 4712, 4713):
+        make_spool(tmp_root, cluster)
+        gjid = f"ce.example.org#{cluster}.0#1760000000"
+        ad = routed_ad(Path(settings.spool), cluster=cluster, gjid=gjid)
+        update(agent, ad)
+        pilots.append((ad, pod_name(gjid, 0)))
+    for _ad, name in pilots:
+        wait(lambda name=name: agent.cache.get(name))
+        finish(server, name=name)
+    for ad, _name in pilots:
+        wait(lambda ad=ad: update(agent, ad).get("JobStatus") == 4 or ad["JobStatus"] == 4)
+        status, parts = logs(agent, ad)
+        assert status == protocol.STATUS_OK and parts[1] == b"glidein ok\n"
+        status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+        assert status == protocol.STATUS_OK
+    drain(agent, [name for _ad, name in pilots])
+    assert server.calls[("get", "pods/log")] == 1 + len(pilots)
+    assert len(agent.output) == 0
+    assert not any(e.startswith("ce-") for e in os.listdir(agent.output.directory))
+
+
+def test_a_fetch_in_flight_at_cleanup_saves_nothing(agent, server, settings):
+    """A log read still in flight when the cleanup runs (hook-protocol.md §2.5) discards its result:
+    the saved output stays removed. The read is held until the cleanup has returned."""
+    reading, cleaned = threading.Event(), threading.Event()
+    reads = []
+
+    def held(pod, limit):
+        reads.append(pod.name)
+        reading.set()
+        cleaned.wait(30)
+        return b"late output\n", b"", False
+    agent.read_logs = held
+    ad = started(agent, server, settings)
+    finish(server)
+    assert reading.wait(30)
+    status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert status == protocol.STATUS_OK and not agent.output.has(NAME)
+    cleaned.set()
+    drain(agent, [NAME])
+    assert reads == [NAME]
+    assert not agent.output.has(NAME)
+    assert not any(e.startswith(NAME) for e in os.listdir(agent.output.directory))
+
+
+def test_a_new_routing_that_names_a_cleaned_up_finished_pod_still_completes(agent, server, settings):
+    """docs/real-condor.md finding R3: a failed status push sends a routed job to cleanup and its
+    source job is routed again under the same pod name. The pod finished and was deleted with its
+    output, so the new routing's update must not wait for a log that will never be saved: it
+    completes, and finalize says why there is no output."""
+    ad = started(agent, server, settings)
+    finish(server)
+    wait(lambda: agent.output.has(NAME))
+    status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert status == protocol.STATUS_OK
+    wait(lambda: agent.cache.get(NAME) is None)
+    again = routed_ad(Path(settings.spool), cluster=4711, ClusterId=104712)     # the next routing
+    wait(lambda: update(agent, again).get("JobStatus") == 4 or again["JobStatus"] == 4)
+    status, parts = logs(agent, again)
+    assert status == protocol.STATUS_OK and b"could not be returned" in parts[2]
+
+
+def test_fetch_book_closes_a_pod_by_uid():
+    """outputfetch.py: a cleanup ends the fetch in flight and refuses new ones for that pod, while a
+    later pod of the same name (another uid: a re-routed job's) is fetched as usual."""
+    book = OutputFetches()
+    first = book.begin("p", "uid-1")
+    assert first is not None and book.begin("p", "uid-1") is None        # one fetch at a time
+    removed = []
+    book.close("p", "uid-1", lambda: removed.append("p"))
+    assert removed == ["p"]
+    with book.committing("p", first) as current:
+        assert not current                                               # the late result is dropped
+    book.end("p", first)
+    assert book.begin("p", "uid-1") is None                              # closed until reopened
+    second = book.begin("p", "uid-2")
+    assert second is not None
+    with book.committing("p", second) as current:
+        assert current
+    book.end("p", second)
+    assert book.begin("p", "uid-2", saved=lambda: True) is None          # saved already: no second read
+    book.prune(time.time() + 1, keep={"p"})
+    assert book.begin("p", "uid-1") is None                              # the cache still holds it
+    book.prune(time.time() + 1)
+    assert book.begin("p", "uid-1") is not None
+    book.close("p", "uid-1", lambda: None)
+    book.reopen("p")                                                     # a new routing names it
+    assert book.begin("p", "uid-1") is not None
 
 
 def test_output_dir_must_be_the_agents_and_private(tmp_root):
