@@ -254,7 +254,7 @@ def _terminating(job: JobView, pod: PodInfo, now: int) -> Decision:
 
 def _finish_hold(pod: PodInfo) -> Decision | None:
     """The hold a finished pod gets instead of completion (failures with a name), or None."""
-    if pod.term_reason == "OOMKilled":
+    if pod.term_reason == "OOMKilled" and not _survived_oom(pod):
         return Decision(_held("oom-killed", pod, pod=pod.name, limit=pod.memory_limit))
     if pod.reason == "DeadlineExceeded":
         return Decision(_held("deadline-exceeded", pod, pod=pod.name, seconds=pod.deadline or "?"))
@@ -265,6 +265,18 @@ def _finish_hold(pod: PodInfo) -> Decision | None:
         return Decision(_held("container-crashed", pod, pod=pod.name,
                               message=_one_line(f"{pod.reason}: {pod.message}" if pod.reason else pod.message)))
     return None
+
+
+def _survived_oom(pod: PodInfo) -> bool:
+    """The kernel's OOM killer killed *a* process of the container, and its main process lived on
+    and exited by itself (exit code below 128).
+
+    On a cgroup v1 node the kernel kills one process: a pilot whose child was killed can go on and
+    exit 0, and the kubelet still says `OOMKilled` (seen on the bed's real node,
+    tests/real/test_real_node.py). On cgroup v2 (`memory.oom.group`) the whole container dies, 137.
+    The pilot's own exit code is its verdict then: the job completes with it, saying what happened.
+    """
+    return pod.exit_code is not None and pod.exit_code < 128
 
 
 def completes(pod: PodInfo) -> bool:
@@ -292,6 +304,10 @@ def _finished(job: JobView, pod: PodInfo) -> Decision:
         "CompletionDate": finished, "RemoteWallClockTime": max(finished - started, 0),
         "JobFinishedHookDone": finished, "K8sPodReason": "",
     })
+    if pod.term_reason == "OOMKilled":
+        attrs["K8sPodReason"] = _one_line(
+            f"OOMKilled: the kernel killed a process of pod {pod.name} at its memory limit "
+            f"{pod.memory_limit or '?'}; the pilot's main process lived on and exited {pod.exit_code}")
     if pod.node:
         attrs["K8sNodeName"] = pod.node
     if started and not job.job_start_date:

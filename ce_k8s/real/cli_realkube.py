@@ -32,12 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kwok node pools (the grammar of docs/testbed.md)")
     parser.add_argument("--time-scale", type=float, default=0.05, metavar="X",
                         help="real seconds per simulated second when kwok plays a pod's scenario (default 0.05)")
+    parser.add_argument("--real-nodes", type=int, default=1, choices=(0, 1, 2), metavar="N",
+                        help="real nodes (a kubelet on containerd and runc, tainted ce-k8s.test/real-node) "
+                             "beside the kwok nodes (default 1)")
     parser.add_argument("--json", action="store_true", help="status as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     from ce_k8s.real.kube import RealKube, RealKubeError
     from ce_k8s.real.kubebuild import BuildError, build
+    from ce_k8s.real.node import RealNodeError
+    from ce_k8s.real.noderuntime import NodeBuildError
 
     def progress(msg: str) -> None:
         sys.stderr.write(f"ce-k8s testbed: {msg}\n")
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             bins = build(args.kubernetes, progress=progress)
             print(bins.bin)
         elif args.action == "up":
-            env.up(nodes=args.nodes, time_scale=args.time_scale, progress=progress)
+            env.up(nodes=args.nodes, time_scale=args.time_scale, progress=progress, real_nodes=args.real_nodes)
         elif args.action == "down":
             env.down(progress=progress)
         else:
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 for key, value in sorted(status.items()):
                     print(f"{key}: {value}")
             return 0 if status.get("up") else 3
-    except (RealKubeError, BuildError) as exc:
+    except (RealKubeError, BuildError, RealNodeError, NodeBuildError) as exc:
         sys.stderr.write(f"ce-k8s testbed real-kube {args.action}: {exc}\n")
         return 2
     return 0

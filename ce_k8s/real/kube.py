@@ -31,6 +31,7 @@ each pod's own output). docs/real-kubernetes.md has the layout and what it confi
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -47,8 +48,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ce_k8s.real import kubebuild, kwokstages
+from ce_k8s.real import kubebuild, kwokstages, pki
 from ce_k8s.real.condor import _alive
+from ce_k8s.real.node import REAL_NODE_LABEL, node_ip
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,9 @@ DEFAULT_NODES = ("cpu:8x64c256g,"
                  "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
                  "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
 ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 - a file name, not a secret
+# The users the bootstrap RBAC policy binds for the control plane's components.
+COMPONENT_USERS = {"kube-controller-manager": "system:kube-controller-manager",
+                   "kube-scheduler": "system:kube-scheduler"}
 AGENT_NAMESPACE = "ce-k8s-system"
 AGENT_SA = "ce-k8s-agent"
 PILOT_NAMESPACE = "ce-k8s-pilots"
@@ -91,9 +96,15 @@ class RealKubeError(RuntimeError):
     """The control plane cannot be built or started; the message says what failed and where to look."""
 
 
-def free_port() -> int:
+def bed_salt(state_dir: Path) -> int:
+    """A number of the bed's own (its state directory's), so two beds' real nodes never share a
+    name, an address or a cgroup."""
+    return int(hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:6], 16)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -110,6 +121,8 @@ class State:
     nodes: str = DEFAULT_NODES
     time_scale: float = 0.05     # real seconds per simulated second of a scenario's `run=`
     started: float = 0.0
+    real_nodes: list[dict] = field(default_factory=list)   # ce_k8s.real.node.NodeState of each real node
+    sysctls: dict[str, str] = field(default_factory=dict)  # host values before the first kubelet, restored at down
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
@@ -146,8 +159,13 @@ class RealKube:
 
     @property
     def kubelet_ca(self) -> Path:
-        """The kubelet stub's self-signed serving certificate: the agent's CE_K8S_KUBELET_CA here."""
-        return self.state_dir / "pki" / "kubelet.crt"
+        """The node CA (ce_k8s.real.pki): it signs the stub's and every real kubelet's serving
+        certificate, so it is the agent's CE_K8S_KUBELET_CA here."""
+        return self.state_dir / "pki" / "node-ca.crt"
+
+    def real_node_names(self) -> list[str]:
+        st = self.state()
+        return [n["name"] for n in st.real_nodes] if st else []
 
     def state(self) -> State | None:
         return State.load(self.state_file)
@@ -157,6 +175,7 @@ class RealKube:
 
     # ------------------------------------------------------------------ processes
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        """Start one process of the bed in a session of its own, its output to <state>/logs/<name>.log."""
         logf = self.log_file(name)
         logf.parent.mkdir(parents=True, exist_ok=True)
         with open(logf, "ab") as out:
@@ -215,16 +234,25 @@ class RealKube:
 
     # ------------------------------------------------------------------ up
     def up(self, nodes: str = DEFAULT_NODES, time_scale: float = 0.05,
-           progress: Callable[[str], None] = print) -> State:
-        """Build (cached) and start everything; idempotent when it is already up."""
+           progress: Callable[[str], None] = print, real_nodes: int = 0, owner_pid: int | None = None) -> State:
+        """Build (cached) and start everything; idempotent when it is already up.
+
+        `real_nodes` real kubelets (ce_k8s.real.node) join the kwok nodes: tainted
+        `ce-k8s.test/real-node`, so only pods that tolerate it land there. With `owner_pid`, a
+        reaper (ce_k8s.real.reaper) takes the bed down when that process dies without doing it."""
         current = self.state()
-        if current is not None and self._healthy(current):
+        if current is not None and self._healthy(current) and len(current.real_nodes) == real_nodes:
             progress(f"already up: {current.server} (Kubernetes {current.version})")
             return current
         if current is not None:
             self.down(progress=progress)
         started = time.monotonic()
         bins = kubebuild.build(self.minor, progress=progress)
+        runtime = None
+        if real_nodes:
+            from ce_k8s.real import noderuntime
+
+            runtime = noderuntime.build(bins.version, progress=progress)
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
         for sub in ("logs", "etcd", "apiserver", "pki"):
@@ -233,15 +261,35 @@ class RealKube:
         admin = os.urandom(24).hex()
         (self.state_dir / ADMIN_TOKEN_FILE).write_text(admin + "\n")
         os.chmod(self.state_dir / ADMIN_TOKEN_FILE, 0o600)
-        tokens = self.state_dir / "pki" / "tokens.csv"
-        tokens.write_text(f'{admin},admin,admin,"system:masters"\n')
+        pkidir = self.state_dir / "pki"
+        salt = bed_salt(self.state_dir)
+        node_names = [node_ip(i + 1, salt) for i in range(real_nodes)]
+        # Each component with the identity a cluster gives it: the controller manager and the
+        # scheduler as the users the bootstrap RBAC binds, each real kubelet as system:node:<name>
+        # in system:nodes (the Node authorizer and NodeRestriction judge it). The admin token is
+        # the bed's own hands and the emulators' (kwok, the stub).
+        identities = {"admin": ("admin", '"system:masters"'),
+                      COMPONENT_USERS["kube-controller-manager"]: (COMPONENT_USERS["kube-controller-manager"], ""),
+                      COMPONENT_USERS["kube-scheduler"]: (COMPONENT_USERS["kube-scheduler"], ""),
+                      **{f"system:node:{n}": (f"system:node:{n}", '"system:nodes"') for n in node_names}}
+        lines = [f"{admin},admin,admin,\"system:masters\""]
+        for user, (_, groups) in identities.items():
+            if user == "admin":
+                continue
+            token = os.urandom(24).hex()
+            lines.append(f"{token},{user},{user},{groups}")
+            self._token_file(user).write_text(token + "\n")
+            os.chmod(self._token_file(user), 0o600)
+        tokens = pkidir / "tokens.csv"
+        tokens.write_text("\n".join(lines) + "\n")
         os.chmod(tokens, 0o600)
-        sa_key = self.state_dir / "pki" / "sa.key"
+        sa_key = pkidir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], capture_output=True, check=True)
-        stub_cert, stub_key = self.state_dir / "pki" / "kubelet.crt", self.state_dir / "pki" / "kubelet.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj",
-                        "/CN=ce-k8s-kubelet-stub", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                        "-keyout", str(stub_key), "-out", str(stub_cert)], capture_output=True, check=True)
+        node_ca = pki.make_ca(pkidir, "node-ca")
+        pki.issue(node_ca, pkidir, "kubelet", "ce-k8s-kubelet-stub", ips=("127.0.0.1",))
+        pki.issue(node_ca, pkidir, pki.APISERVER_KUBELET_CLIENT, pki.APISERVER_KUBELET_CLIENT, client=True)
+        for name in node_names:
+            pki.issue(node_ca, pkidir, f"kubelet-{name}", f"system:node:{name}", org="system:nodes", ips=(name,))
 
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
         kwok_port, spare_port = free_port(), free_port()
@@ -251,6 +299,10 @@ class RealKube:
                       time_scale=time_scale, started=time.time())
         state.save(self.state_file)
         try:
+            if owner_pid is not None:
+                state.pids["reaper"] = self._start("reaper", [
+                    sys.executable, "-m", "ce_k8s.real.reaper", "--state", str(self.state_dir),
+                    "--pid", str(owner_pid)])
             progress(f"starting etcd on {etcd_url}")
             state.pids["etcd"] = self._start("etcd", [
                 bins["etcd"], "--name", "n0", "--data-dir", str(self.state_dir / "etcd"),
@@ -267,17 +319,23 @@ class RealKube:
             state.save(self.state_file)
             self._wait_apiserver(state, 120)
             self._write_kubeconfig(self.admin_kubeconfig, server, token=admin)
+            kcm = self.state_dir / "admin.kubeconfig"     # kwok's and the stub's (they play kubelets)
+            for component, user in COMPONENT_USERS.items():
+                self._write_kubeconfig(self.component_kubeconfig(component), server,
+                                       token=self._token_file(user).read_text().strip(), user=user)
 
             progress("starting kube-controller-manager and kube-scheduler")
-            kcm = self.state_dir / "admin.kubeconfig"
+            # --use-service-account-credentials: each controller acts as its own ServiceAccount
+            # in kube-system, as kubeadm runs it, so RBAC judges each.
             state.pids["kube-controller-manager"] = self._start("kube-controller-manager", [
-                bins["kube-controller-manager"], f"--kubeconfig={kcm}", "--leader-elect=false",
+                bins["kube-controller-manager"], f"--kubeconfig={self.component_kubeconfig('kube-controller-manager')}",
+                "--leader-elect=false", "--use-service-account-credentials",
                 "--bind-address=127.0.0.1", "--secure-port=0", f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={self.ca_file}", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
                 "--node-monitor-period=2s", "--controllers=*"])
             state.pids["kube-scheduler"] = self._start("kube-scheduler", [
-                bins["kube-scheduler"], f"--kubeconfig={kcm}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", "--secure-port=0"])
+                bins["kube-scheduler"], f"--kubeconfig={self.component_kubeconfig('kube-scheduler')}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"])
             state.save(self.state_file)
 
             progress("applying containers/k8s/base as a site would (kubectl apply -k)")
@@ -315,6 +373,9 @@ class RealKube:
             state.save(self.state_file)
             self.register_nodes(specs, state.node_ports)
             self._wait("kwok", lambda: self._nodes_ready(len(specs)), 90, state.pids["kwok"])
+            if real_nodes:
+                assert runtime is not None
+                self._start_real_nodes(state, runtime, node_names, salt, progress)
 
             progress("issuing the agent's ServiceAccount token (TokenRequest)")
             self._write_agent_kubeconfig(server)
@@ -339,11 +400,72 @@ class RealKube:
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
+            # The API server verifies each kubelet's serving certificate and presents its own
+            # client certificate, both of the node CA (ce_k8s.real.pki).
+            f"--kubelet-certificate-authority={self.kubelet_ca}",
+            f"--kubelet-client-certificate={self.state_dir / 'pki' / (pki.APISERVER_KUBELET_CLIENT + '.crt')}",
+            f"--kubelet-client-key={self.state_dir / 'pki' / (pki.APISERVER_KUBELET_CLIENT + '.key')}",
+            "--enable-admission-plugins=NodeRestriction",
             f"--default-not-ready-toleration-seconds={TOLERATION_SECONDS}",
             f"--default-unreachable-toleration-seconds={TOLERATION_SECONDS}",
             f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.state_dir / 'audit.log'}",
             "--audit-log-format=json", "--audit-log-mode=blocking",
             "--profiling=false", "--v=1"]
+
+    def _token_file(self, user: str) -> Path:
+        return self.state_dir / "pki" / (user.replace(":", "_") + ".token")
+
+    def component_kubeconfig(self, component: str) -> Path:
+        return self.state_dir / f"{component}.kubeconfig"
+
+    def _start_real_nodes(self, state: State, runtime, names: list[str], salt: int,
+                          progress: Callable[[str], None]) -> None:
+        """Start each real node (ce_k8s.real.node) and wait until the API server has it Ready."""
+        from ce_k8s.real.node import RealNodes, make_cgroup_root, node_state_dict, read_sysctls
+
+        # The API server's kubelet client may call every kubelet API (logs, exec, stats), as on
+        # a kubeadm cluster; the kubelets ask the API server (webhook) whether it may.
+        self.kubectl("create", "clusterrolebinding", "ce-k8s-bed:apiserver-kubelet-client",
+                     "--clusterrole=system:kubelet-api-admin", f"--user={pki.APISERVER_KUBELET_CLIENT}")
+        if not state.sysctls:
+            state.sysctls = read_sysctls()
+            state.save(self.state_file)
+        nodes = RealNodes(self.state_dir, Path(state.bin), self._start, progress)
+        for index, name in enumerate(names, start=1):
+            st = nodes.prepare(index, salt, free_port(name), runtime)
+            state.real_nodes.append(node_state_dict(st))
+
+            def save(st=st) -> None:      # after each step, so a failed start can be undone
+                state.real_nodes[-1] = node_state_dict(st)
+                state.save(self.state_file)
+
+            st.cgroup_made = make_cgroup_root(st.cgroup_root)
+            save()
+            progress(f"starting real node {name}: containerd 2 + runc in namespaces of its own, then the kubelet")
+            nodes.start_holder(st)
+            save()
+            nodes.start_containerd(st, runtime)
+            save()
+            user = f"system:node:{name}"
+            kubeconfig = Path(st.dir) / "kubelet.kubeconfig"
+            self._write_kubeconfig(kubeconfig, state.server, token=self._token_file(user).read_text().strip(),
+                                   user=user)
+            pkidir = self.state_dir / "pki"
+            nodes.start_kubelet(st, kubeconfig, self.kubelet_ca, pkidir / f"kubelet-{name}.crt",
+                                pkidir / f"kubelet-{name}.key", {REAL_NODE_LABEL: "true"})
+            save()
+        self._wait("the real nodes", lambda: self._named_nodes_ready(names), 120,
+                   state.real_nodes[-1]["pids"]["kubelet"], f"node-{len(names)}-kubelet")
+
+    def _named_nodes_ready(self, names: list[str]) -> bool:
+        proc = self.kubectl("get", "nodes", *names, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return False
+        doc = json.loads(proc.stdout)
+        items = doc.get("items", [doc])          # one name gives the object itself, not a List
+        ready = [n for n in items for c in n.get("status", {}).get("conditions", [])
+                 if c["type"] == "Ready" and c["status"] == "True"]
+        return len(ready) == len(names)
 
     def _audit_policy(self) -> Path:
         """Audit the agent's ServiceAccount only (ce_k8s.real.kubeserver counts its calls from it)."""
@@ -476,17 +598,40 @@ class RealKube:
         _terminate(st.pids[name])
 
     # ------------------------------------------------------------------ down / status
-    def down(self, progress: Callable[[str], None] = print) -> None:
+    def down(self, progress: Callable[[str], None] = print, reaper: bool = True) -> None:
+        """Stop everything the bed started; the real nodes first, undone (ce_k8s.real.node).
+        `reaper=False` when the reaper itself calls it (it must not stop itself half-way)."""
         st = self.state()
         if st is None:
             progress("nothing to stop")
             return
+        if reaper and "reaper" in st.pids:
+            _terminate(st.pids["reaper"])          # the owner takes it down: nothing left to reap
+        left = self._stop_real_nodes(st, progress)
         order = ["kwok", "kwok-spare", "kubelet-stub", "kube-scheduler", "kube-controller-manager",
                  "kube-apiserver", "etcd"]
-        for name in sorted(st.pids, key=lambda n: order.index(n) if n in order else -1):
+        for name in sorted((n for n in st.pids if n != "reaper"), key=lambda n: order.index(n) if n in order else -1):
             _terminate(st.pids[name])
         self.state_file.unlink(missing_ok=True)
         progress(f"stopped {', '.join(st.pids) or 'nothing'}")
+        if left:
+            raise RealKubeError(f"down left behind: {', '.join(left)}")
+
+    def _stop_real_nodes(self, st: State, progress: Callable[[str], None]) -> list[str]:
+        """Stop every real node, then give the host its sysctls back (every time, also after a
+        failed start: they are saved before the first kubelet runs)."""
+        if not st.real_nodes and not st.sysctls:
+            return []
+        from ce_k8s.real.node import NodeState, RealNodes, write_sysctls
+
+        nodes = RealNodes(self.state_dir, Path(st.bin), self._start, progress)
+        left: list[str] = []
+        for raw in st.real_nodes:
+            left += nodes.stop(NodeState(**raw))
+        if st.sysctls:
+            write_sysctls(st.sysctls)
+        progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls restored")
+        return left
 
     def status(self) -> dict[str, object]:
         st = self.state()

@@ -117,6 +117,15 @@ def test_oom_killed_held():
     assert "2000Mi" in d.attrs["HoldReason"]
 
 
+def test_oom_kill_of_a_child_the_pilot_survived_completes_with_its_exit_code():
+    """cgroup v1 (the bed's real node): the kernel killed a child, the main process exited 0."""
+    d = run(pod("Succeeded", state={"terminated": {"exitCode": 0, "reason": "OOMKilled", "startedAt": T1,
+                                                   "finishedAt": T2}}))
+    assert d.attrs["JobStatus"] == 4 and d.attrs["ExitCode"] == 0
+    assert d.attrs["K8sPodReason"].startswith("OOMKilled: ") and "2000Mi" in d.attrs["K8sPodReason"]
+    assert "exited 0" in d.attrs["K8sPodReason"]
+
+
 def test_deadline_exceeded_held():
     d = run(pod("Failed", reason="DeadlineExceeded", deadline=172800))
     assert d.attrs["HoldReasonSubCode"] == subcode("deadline-exceeded") and "172800" in d.attrs["HoldReason"]

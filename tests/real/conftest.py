@@ -33,7 +33,10 @@ def real_kube():
         return
     state = Path("/var/tmp") / f"ce-k8s-real-kube-tests-{os.getpid()}"
     env = RealKube(state)
-    env.up(progress=lambda m: print(f"real-kube: {m}", flush=True))
+    # One real node (a real kubelet on containerd and runc: ce_k8s.real.node) beside the kwok
+    # nodes; it is tainted, so only the tests that mean to run there do (test_real_node.py).
+    # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.reaper).
+    env.up(progress=lambda m: print(f"real-kube: {m}", flush=True), real_nodes=1, owner_pid=os.getpid())
     try:
         yield env
     finally:

@@ -1,0 +1,190 @@
+"""A bed with a real node leaves the machine as it found it: after `down`, after a failed start,
+and after its owner dies (ce_k8s.real.node, ce_k8s.real.reaper).
+
+Each test brings up a bed of its own (the binaries and the node runtime are cached: about 10 s)
+beside the session's, with a pod running on its real node so that a shim, a container, its cgroups,
+mounts and network namespace exist, and then checks what is left: processes, cgroups, mounts,
+namespaces, the host paths a kubelet or containerd would use by default, and the sysctls the
+kubelet rewrites at start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ce_k8s.real import node as realnode
+from ce_k8s.real.kube import RealKube, RealKubeError, bed_salt
+from ce_k8s.real.node import KUBELET_SYSCTLS, read_sysctls, v1_hierarchies, write_sysctls
+
+from .conftest import wait_for
+from .test_real_node import pod_manifest
+
+pytestmark = pytest.mark.slow
+
+# Where a kubelet, containerd, runc or the CNI plugins write when not told otherwise.
+HOST_PATHS = ("/run/containerd", "/var/run/containerd", "/var/lib/containerd", "/var/lib/kubelet", "/etc/cni",
+              "/opt/cni", "/var/lib/cni", "/var/log/pods", "/var/log/containers", "/etc/kubernetes",
+              "/usr/libexec/kubernetes", "/opt/containerd", "/run/runc", "/run/netns", "/var/run/netns")
+SMALL_NODES = "cpu:1x8c32g"
+
+
+def namespaces() -> set[str]:
+    """Every mount and network namespace some process is in."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            for kind in ("mnt", "net"):
+                try:
+                    out.add(os.readlink(entry / "ns" / kind))
+                except OSError:
+                    pass
+    return out
+
+
+def processes_naming(text: str) -> list[str]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd:
+                out.append(f"{entry.name}: {cmd[:160]}")
+    return out
+
+
+def footprint(state_dir: Path, cgroup_root: str | None) -> dict[str, object]:
+    """What a bed in `state_dir` could have left on the machine."""
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(state_dir) in line]
+    cgroups = [str(h / cgroup_root.strip("/")) for h in v1_hierarchies()
+               if cgroup_root and (h / cgroup_root.strip("/")).exists()]
+    return {"processes": processes_naming(str(state_dir)), "mounts": mounts, "cgroups": cgroups,
+            "host paths": [p for p in HOST_PATHS if os.path.lexists(p)]}
+
+
+# What the kubelet writes at start, and the kernel's defaults for the same keys.
+KUBELET_WRITES = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}
+KERNEL_DEFAULTS = {"vm.overcommit_memory": "0", "kernel.panic": "0", "kernel.panic_on_oops": "0"}
+
+
+@pytest.fixture
+def original_sysctls(real_kube):
+    """Host values that differ from what the kubelet writes, set for the test, so that `down`
+    restoring them is seen: the host's own (the session bed saved them before its kubelet ran),
+    or the kernel's default for a key another bed's kubelet had already rewritten. The values of
+    the session are put back after."""
+    saved = dict((real_kube.state().sysctls if real_kube.state() else {}) or read_sysctls())
+    for key, value in KUBELET_WRITES.items():
+        if saved.get(key) == value:
+            saved[key] = KERNEL_DEFAULTS[key]
+    during_session = read_sysctls()
+    write_sysctls(saved)
+    yield saved
+    write_sysctls(during_session)
+
+
+def own_bed(tmp_state: Path) -> RealKube:
+    return RealKube(tmp_state)
+
+
+def run_a_pod(env: RealKube) -> None:
+    from kubernetes import client
+    from kubernetes.config import new_client_from_config
+
+    api = client.CoreV1Api(new_client_from_config(config_file=str(env.admin_kubeconfig)))
+    ns = "cleanup-check"
+    api.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: api.list_namespaced_service_account(ns).items, 60, what="the default ServiceAccount")
+    api.create_namespaced_pod(ns, pod_manifest("running", "echo up; sleep 600"))
+    wait_for(lambda: api.read_namespaced_pod("running", ns).status.phase == "Running", 60, what="the pod running")
+    api.api_client.close()
+
+
+def node_of(env: RealKube) -> dict:
+    st = env.state()
+    assert st is not None and st.real_nodes
+    return st.real_nodes[0]
+
+
+def assert_clean(before_ns: set[str], state_dir: Path, cgroup_root: str, original: dict[str, str],
+                 before_paths: list) -> None:
+    left = footprint(state_dir, cgroup_root)
+    assert left["processes"] == [] and left["mounts"] == [] and left["cgroups"] == [], left
+    assert left["host paths"] == before_paths
+    assert namespaces() <= before_ns, "a namespace the bed made is still held"
+    assert read_sysctls() == original
+
+
+def test_down_leaves_no_process_mount_cgroup_namespace_or_sysctl(tmp_path, original_sysctls):
+    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-down"
+    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
+    env = own_bed(state)
+    try:
+        env.up(nodes=SMALL_NODES, progress=lambda m: None, real_nodes=1)
+        node = node_of(env)
+        run_a_pod(env)
+        assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
+        assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
+        assert realnode.mount_ns(node["pids"]["holder"]) not in before_ns
+    finally:
+        env.down(progress=lambda m: None)
+    assert_clean(before_ns, state, node["cgroup_root"], original_sysctls, before_paths)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
+    """The kubelet cannot start (a configuration it refuses): `up` fails, naming its log, and
+    leaves nothing behind, the sysctls included."""
+    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-failed"
+    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
+    real_config = realnode.kubelet_config
+
+    def refused(*args, **kwargs) -> str:
+        return real_config(*args, **kwargs).replace('"failCgroupV1": false', '"failCgroupV1": true')
+    monkeypatch.setattr(realnode, "kubelet_config", refused)
+    env = own_bed(state)
+    with pytest.raises(RealKubeError, match=r"node-1-kubelet\.log"):
+        env.up(nodes=SMALL_NODES, progress=lambda m: None, real_nodes=1)
+    assert env.state() is None
+    cgroup_root = f"{realnode.own_cgroup().rstrip('/')}/ce-k8s-node-{bed_salt(state)}-1"
+    assert_clean(before_ns, state, cgroup_root, original_sysctls, before_paths)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, original_sysctls):
+    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-reaped"
+    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
+    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        from ce_k8s.real.kube import RealKube
+        RealKube({str(state)!r}).up(nodes={SMALL_NODES!r}, progress=lambda m: None, real_nodes=1,
+                                    owner_pid=os.getpid())
+        print("up", flush=True)
+        time.sleep(3600)
+        """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        env = RealKube(state)
+        node = node_of(env)
+        run_a_pod(env)
+        assert read_sysctls() != original_sysctls
+    except BaseException:
+        owner.kill()
+        RealKube(state).down(progress=lambda m: None)
+        raise
+    owner.send_signal(signal.SIGKILL)        # the test run dies without a word
+    owner.wait()
+    wait_for(lambda: not RealKube(state).state_file.exists() and not processes_naming(str(state)), 90,
+             what="the reaper to take the bed down")
+    assert_clean(before_ns, state, node["cgroup_root"], original_sysctls, before_paths)
+    assert set(KUBELET_SYSCTLS) == set(original_sysctls)
+    shutil.rmtree(state, ignore_errors=True)

@@ -1,0 +1,131 @@
+"""Pilots through the agent onto the bed's real node: the pilot's own sandbox script runs in a
+container, and what the real kubelet reports becomes the routed job's status, exit code, holds,
+output and CPU (ce_k8s.agent, judged by ce_k8s.real.node's kubelet on containerd and runc).
+
+The agent holds only its ServiceAccount's token; its pods are the product's own (restricted
+profile, the sandbox from a Secret volume, the links made by the init container), placed on the
+real node by a route's `K8sNodeSelector` and `K8sTolerations`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import classad2
+import pytest
+from agent.conftest import make_spool, routed_ad
+
+from ce_k8s import protocol
+from ce_k8s.condor import wire
+from ce_k8s.pods.names import pod_name
+from ce_k8s.real.node import REAL_NODE_LABEL, REAL_NODE_TAINT
+from ce_k8s.real.noderuntime import BUSYBOX_IMAGE
+
+from .conftest import running_agent
+from .test_lifecycle import assert_hold, until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def bed(real_kube, pilot_namespace):
+    with running_agent(real_kube, pilot_namespace, usage_source="kubelet",
+                       kubelet_ca=str(real_kube.kubelet_ca)) as (agent, settings, root):
+        yield agent, settings, root
+
+
+def pilot(settings, namespace: str, script: str, cluster: int = 5150, image: str = BUSYBOX_IMAGE, **extra):
+    """A routed pilot whose sandbox's glidein_startup.sh is `script`, routed to the real node."""
+    iwd = make_spool(Path(settings.spool).parent, cluster)
+    (iwd / "glidein_startup.sh").write_text("#!/bin/sh\n" + script + "\n")
+    gjid = f"ce.example.org#{cluster}.0#1760000000"
+    extra.setdefault("RequestMemory", 64)
+    return routed_ad(Path(settings.spool), cluster=cluster, gjid=gjid, K8sNamespace=namespace, K8sImage=image,
+                     K8sPodName=pod_name(gjid, 0),
+                     K8sNodeSelector=classad2.ExprTree(f'[ {REAL_NODE_LABEL!r} = "true" ]'),
+                     K8sTolerations=classad2.ExprTree(
+                         f'{{ [ key = "{REAL_NODE_TAINT}"; operator = "Exists"; effect = "NoSchedule" ] }}'),
+                     **extra)
+
+
+def finalize_output(agent, settings, ad) -> tuple[str, str]:
+    """What the finalize hook gets from the agent: the pilot's stdout and stderr."""
+    src = routed_ad(Path(settings.spool), JobUniverse=5)
+    halves = wire.finalize_stdin(src, ad).split(b"\n------\n", 1)
+    status, parts = agent.handle(protocol.VERB_LOGS, halves[1], 0)
+    assert status == protocol.STATUS_OK, parts
+    return parts[1].decode(), parts[2].decode()
+
+
+def test_a_pilot_s_sandbox_script_runs_and_returns_exit_code_output_and_cpu(bed, admin_core, pilot_namespace,
+                                                                           real_node_name):
+    agent, settings, _ = bed
+    script = ('echo "pilot on $CE_K8S_NODE_NAME as $(id -u) in $PWD"; echo "to stderr" >&2; '
+              'end=$(($(date +%s)+2)); while [ $(date +%s) -lt $end ]; do :; done; sleep 3; exit 3')
+    ad = pilot(settings, pilot_namespace, script)
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running")
+    assert ad["K8sNodeName"] == real_node_name
+    until(agent, ad, lambda a: a.get("JobStatus") == 4, "the pilot completed")
+    assert ad["ExitCode"] == 3 and ad["GridJobStatus"] == "COMPLETED", dict(ad)
+    # CPU from the real kubelet's Summary API, read while the container lived.
+    assert ad["K8sCpuUsageKnown"] is True and ad["RemoteUserCpu"] >= 0.5, dict(ad)
+    out, err = finalize_output(agent, settings, ad)
+    assert f"pilot on {real_node_name} as 1000 in /ce-k8s/scratch" in out + err
+    assert "to stderr" in out + err
+
+
+def test_a_pilot_over_its_memory_is_held_oom_killed(bed, pilot_namespace):
+    agent, settings, _ = bed
+    ad = pilot(settings, pilot_namespace, "exec dd if=/dev/zero of=/dev/null bs=256M count=1", cluster=5151,
+               RequestMemory=64)
+    until(agent, ad, lambda a: a.get("JobStatus") == 5, "the OOM hold")
+    assert_hold(ad, "oom-killed")
+
+
+def test_a_pilot_whose_child_was_oom_killed_completes_with_its_own_exit_code(bed, pilot_namespace):
+    """cgroup v1: the kernel killed the child only; the pilot went on and exited 0."""
+    agent, settings, _ = bed
+    ad = pilot(settings, pilot_namespace, "dd if=/dev/zero of=/dev/null bs=256M count=1; echo dd=$?; exit 0",
+               cluster=5152, RequestMemory=64)
+    until(agent, ad, lambda a: a.get("JobStatus") in (4, 5), "the pilot's end")
+    assert ad["JobStatus"] == 4 and ad["ExitCode"] == 0, dict(ad)
+    assert ad["K8sPodReason"].startswith("OOMKilled: "), ad["K8sPodReason"]
+
+
+def test_a_pilot_past_its_wall_time_is_held_deadline_exceeded(bed, pilot_namespace):
+    agent, settings, _ = bed
+    # A pilot that ends on SIGTERM, as a glidein does: the kubelet stops it at the deadline with the
+    # pod's grace period, so one that ignored SIGTERM would be held only after that (30 s).
+    ad = pilot(settings, pilot_namespace, "trap 'exit 143' TERM; sleep 600 & wait", cluster=5153, BatchRuntime=3)
+    until(agent, ad, lambda a: a.get("JobStatus") == 5, "the deadline hold")
+    assert_hold(ad, "deadline-exceeded")
+
+
+def test_a_pilot_whose_image_is_not_here_is_held_for_its_image(bed, admin_core, pilot_namespace):
+    """Finding 2 on a real kubelet through the product: the sandbox's init container cannot pull,
+    the main container waits PodInitializing, and the pilot is held `image-pull-failed`."""
+    agent, settings, _ = bed
+    ad = pilot(settings, pilot_namespace, "exit 0", cluster=5154, image="ce-k8s.invalid/absent:1")
+    until(agent, ad, lambda a: a.get("JobStatus") == 5, "the image hold")
+    assert_hold(ad, "image-pull-failed")
+    assert "ce-k8s.invalid/absent:1" in ad["HoldReason"]
+
+
+def test_a_pilot_over_its_disk_is_held_disk_exceeded(bed, admin_core, pilot_namespace):
+    """ce-k8s asks for `RequestDisk` as the ephemeral-storage request; the limit is the site's, here a
+    LimitRange default as a site would set one. The kubelet evicts the pod that writes past it."""
+    agent, settings, _ = bed
+    admin_core.create_namespaced_limit_range(pilot_namespace, {
+        "metadata": {"name": "disk"},
+        "spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "16Mi"}}]}})
+    script = "trap 'exit 143' TERM; dd if=/dev/zero of=$TMPDIR/fill bs=1M count=48; sleep 600 & wait"
+    ad = pilot(settings, pilot_namespace, script, cluster=5155, RequestDisk=8 * 1024)       # KiB, as HTCondor counts it
+    until(agent, ad, lambda a: a.get("JobStatus") == 5, "the disk hold", timeout=120)
+    assert_hold(ad, "disk-exceeded")
+
+
+@pytest.fixture
+def real_node_name(real_kube) -> str:
+    names = real_kube.real_node_names()
+    assert names
+    return names[0]
