@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Kubernetes: our API emulator and kubelet simulator (default), or the real control "
                              "plane with kwok nodes (`ce-k8s testbed real-kube up`; brought up and down here if "
                              "it is not up)")
+    parser.add_argument("--real-node-share", type=float, default=0.1, metavar="F",
+                        help="with --kube real --condor real: this share of the pilots (one-CPU pilots, at least "
+                             "one) runs its own glidein script in a container on the bed's real node (default 0.1)")
     parser.add_argument("--kube-state", metavar="DIR",
                         help="with --kube real: the control plane's state directory "
                              "(default /var/tmp/ce-k8s-real-kube)")
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     ours = False
     try:
         if not env.status().get("up"):
-            env.up(time_scale=args.time_scale, progress=progress)
+            env.up(time_scale=args.time_scale, progress=progress, real_nodes=1)
             ours = True
         server = RealKubeServer(env)
         if args.condor == "real":
@@ -92,7 +95,13 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
             ours = True
         # On a real control plane the run always includes an agent restart (issue 25: the whole
         # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
-        demo = RealDemo(env, factory=args.factory, restart_agent=args.restart_agent or kube_server is not None)
+        share = getattr(args, "real_node_share", 0.0) if kube_server is not None else 0.0
+        if share and not kube_server.env.real_node_names():
+            progress("the control plane has no real node (`ce-k8s testbed real-kube up --real-nodes 1`): "
+                     "every pilot runs on kwok nodes")
+            share = 0.0
+        demo = RealDemo(env, factory=args.factory, restart_agent=args.restart_agent or kube_server is not None,
+                        real_node_share=share)
         pilots = generate(args.pilots, seed=args.seed, evict_fraction=args.evict_fraction, run_s=args.run_seconds)
         demo.submit(pilots)
         where = "from the factory over HTCondor-C" if args.factory else "to the CE"
@@ -112,4 +121,7 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
             print(f"{key}: {value}")
     ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
           and summary["secrets_left"] == 0)
+    real = summary.get("real_node")
+    if isinstance(real, dict) and real["completed"] != real["stdout_returned"]:
+        ok = False          # a pilot that ran on the real node must have brought its output back
     return 0 if ok else 1

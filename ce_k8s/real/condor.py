@@ -326,6 +326,16 @@ JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
     REQUIREMENTS DemoScenario isnt undefined
     SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
 @jrt
+
+# A pilot the demo sends to a real node (ce_k8s.real.node) runs its own glidein script in busybox,
+# the one image the node has; only pods that select and tolerate the real node land there.
+JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoRealNode
+JOB_ROUTER_TRANSFORM_DemoRealNode @=jrt
+    REQUIREMENTS DemoRealNode is true
+    SET K8sImage "ce-k8s.invalid/busybox:1.35"
+    SET K8sNodeSelector [ 'ce-k8s.test/real-node' = "true" ]
+    SET K8sTolerations {{ [ key = "ce-k8s.test/real-node"; operator = "Exists"; effect = "NoSchedule" ] }}
+@jrt
 """
 
 

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -38,6 +39,24 @@ log = logging.getLogger(__name__)
 SHAPE_ATTRS = ("xcount", "maxMemory", "maxWallTime", "RequestGPUs", "WantWholeNode", "GlideinEntryName",
                "GlideinFactory", "GlideinClient", "GlideinFrontendName")
 PILOT_SCRIPT = "#!/bin/sh\n# demo glidein: the kubelet simulator plays DemoScenario instead\nexit 0\n"
+# The glidein a pilot on a real node runs (busybox sh, as the pilot account, the restricted
+# profile): it does what a glidein does first, in small (its token readable from the sandbox, the
+# node and the CPUs it was given), burns a second of CPU, works for `-run` seconds, ends on
+# SIGTERM as a glidein does (143), and exits with the pilot's code.
+REAL_PILOT_SCRIPT = """#!/bin/sh
+index=; code=0; run=1
+while [ $# -gt 0 ]; do
+  case "$1" in -index) index=$2; shift;; -exit) code=$2; shift;; -run) run=$2; shift;; esac
+  shift
+done
+trap 'echo "glidein $index stderr: SIGTERM" >&2; exit 143' TERM
+if [ ! -r "$IDTOKENS_FILE" ]; then echo "glidein $index stderr: no token at $IDTOKENS_FILE" >&2; exit 2; fi
+echo "glidein $index ran on node $CE_K8S_NODE_NAME as uid $(id -u) with $(nproc) cpu(s) in $PWD"
+end=$(( $(date +%s) + 1 )); while [ "$(date +%s)" -lt "$end" ]; do :; done
+sleep "$run" & wait $!
+echo "glidein $index stderr: done" >&2
+exit "$code"
+"""
 STATUS_ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "HoldReason", "HoldReasonCode", "DemoIndex",
                 "JobFinishedHookDone", "RemoveReason", "GridJobId")
 
@@ -67,8 +86,14 @@ class RealDemo:
     """Submit, evict, collect and count, over a running :class:`RealCondor`."""
 
     def __init__(self, env: RealCondor, factory: bool = False, restart_agent: bool = False,
-                 scitokens_file: str | None = None) -> None:
+                 scitokens_file: str | None = None, real_node_share: float = 0.0) -> None:
         self.env = env
+        # This share of the pilots (cpu shapes, one CPU each) goes to the bed's real nodes, where
+        # REAL_PILOT_SCRIPT runs in a container (the DemoRealNode route transform of ce_k8s.real.condor).
+        self.real_node_share = real_node_share
+        self.real_nodes: set[int] = set()
+        self.real_pods: dict[str, dict[str, float]] = {}      # pod name -> created, started (epoch s)
+        self.node_cpu_start: float | None = None
         self.factory = factory
         # The factory's grid jobs authenticate to the CE with this SciToken (`scitokens_file`, as a
         # GlideinWMS factory submits: one C-GAHP per token), not the factory account's IDTOKEN.
@@ -95,10 +120,16 @@ class RealDemo:
         line, so a scenario's spaces survive; scenarios have no double quotes (ce_k8s.sim.pilots).
         """
         first = pilots[0][1]
+        real = pilots[0][0] in self.real_nodes
         lines = ["executable = pilot.sh", "arguments = -v std -name gfactory_instance",
                  "transfer_input_files = idtoken", "should_transfer_files = YES", "when_to_transfer_output = ON_EXIT",
                  f"request_cpus = {first.ad.get('RequestCpus', 1)}",
                  f"request_memory = {first.ad.get('RequestMemory', 2048)}"]
+        if real:         # one CPU and a little memory: the real node has two cores
+            lines = ["executable = pilot-real.sh",
+                     "arguments = -v std -name gfactory_instance -index $(DemoIndex) -exit $(DemoExit) -run $(DemoRun)",
+                     'environment = "IDTOKENS_FILE=idtoken"', *lines[2:5], "request_cpus = 1", "request_memory = 128",
+                     "+DemoRealNode = true"]
         if self.factory:
             lines = ["universe = grid", f"grid_resource = {self.env.grid_resource}",
                      *lines]
@@ -107,27 +138,51 @@ class RealDemo:
         else:
             lines = ["universe = vanilla", *lines]
         for name in SHAPE_ATTRS:
-            if name in first.ad:
+            if name in first.ad and not (real and name in ("xcount", "maxMemory", "RequestGPUs", "WantWholeNode")):
                 lines.append(f"+{name} = {_literal(first.ad[name])}")
         lines += ['+DemoScenario = "$(DemoScenario)"', "+DemoIndex = $(DemoIndex)",
-                  "output = p$(DemoIndex).out", "error = p$(DemoIndex).err", "queue DemoIndex,DemoScenario from ("]
+                  "output = p$(DemoIndex).out", "error = p$(DemoIndex).err",
+                  f"queue DemoIndex,{'DemoExit,DemoRun,' if real else ''}DemoScenario from ("]
         for index, pilot in pilots:
             if '"' in pilot.scenario or "\n" in pilot.scenario:
                 raise ValueError(f"pilot {index}: a scenario cannot hold a double quote or a newline")
-            lines.append(f"{index} {pilot.scenario}")
+            extra = f"{pilot.exit_code} {self.real_run_seconds(pilot)} " if real else ""
+            lines.append(f"{index} {extra}{pilot.scenario}")
         lines.append(")")
         return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def real_run_seconds(pilot: Pilot, time_scale: float = 0.05) -> int:
+        """How long a pilot works on a real node: its scenario's `run=` at the bed's pace (kwok's
+        time scale), 1 to 10 s (a pilot marked for eviction runs ten times longer)."""
+        match = re.search(r"\brun=([0-9.]+)s\b", pilot.scenario)
+        run = float(match.group(1)) if match else 20.0
+        return max(1, min(10, round(run * time_scale)))
+
+    def choose_real_nodes(self, pilots: list[Pilot]) -> set[int]:
+        """The pilots that go to the real nodes: every k-th of the CPU shapes, at least one."""
+        if self.real_node_share <= 0:
+            return set()
+        cpu = [i for i, p in enumerate(pilots) if p.shape in ("cpu1", "cpu8")]
+        want = max(1, round(self.real_node_share * len(pilots)))
+        step = max(1, len(cpu) // want)
+        return set(cpu[::step][:want])
 
     def submit(self, pilots: list[Pilot]) -> None:
         (self.workdir / "pilot.sh").write_text(PILOT_SCRIPT)
         (self.workdir / "pilot.sh").chmod(0o755)
+        (self.workdir / "pilot-real.sh").write_text(REAL_PILOT_SCRIPT)
+        (self.workdir / "pilot-real.sh").chmod(0o755)
+        self.real_nodes = self.choose_real_nodes(pilots)
         (self.workdir / "idtoken").write_text("eyJhbGciOiJub25lIn0.e30.\n")   # a token file, as the factory sends
         (self.workdir / "idtoken").chmod(0o644)
         groups: dict[tuple[str, str], list[tuple[int, Pilot]]] = {}
         for index, pilot in enumerate(pilots):
             owner = "gfactory" if self.factory else pilot.owner
-            groups.setdefault((owner, pilot.shape), []).append((index, pilot))
+            shape = "real-node" if index in self.real_nodes else pilot.shape
+            groups.setdefault((owner, shape), []).append((index, pilot))
         self.started = time.monotonic()
+        self.node_cpu_start = self.node_cpu_seconds()
         for (owner, shape), members in groups.items():
             sub = self.workdir / f"{shape}.{owner}.sub"
             sub.write_text(self.submit_description(members))
@@ -236,6 +291,7 @@ class RealDemo:
                 return
             self._turn(queued)
             self._evict()
+            self._see_real_pods()
             self._maybe_restart_agent(progress)
             if progress is not None:
                 counts = Counter(o.status for o in self.outcomes.values())
@@ -259,6 +315,68 @@ class RealDemo:
         ce_ads = self._ce_ads({i for i in held if i})
         for job, ad in ads.items():
             self._collect(job, self.outcomes[job], ad, ce_ads.get(ce_job_id(ad) or ""))
+
+    def _kube(self):
+        """The real control plane under the CE (ce_k8s.real.kube.RealKube), or None."""
+        server = self.env.kube_server
+        return getattr(server, "env", None) if server is not None else None
+
+    def node_cpu_seconds(self) -> float | None:
+        """CPU seconds the real nodes' own kubelet and containerd have used (shims come and go
+        with their pods and are not counted)."""
+        kube = self._kube()
+        state = kube.state() if kube is not None else None
+        if state is None or not state.real_nodes:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for node in state.real_nodes:
+            for name in ("kubelet", "containerd"):
+                with contextlib.suppress(OSError, KeyError, IndexError):
+                    fields = Path(f"/proc/{node['pids'][name]}/stat").read_text().rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / ticks
+        return total
+
+    def _see_real_pods(self) -> None:
+        """Note when each pod on a real node was created and when its container started (the API's
+        whole seconds): the start latency the summary gives."""
+        kube = self._kube()
+        if kube is None or not self.real_nodes:
+            return
+        core = self.env.core_api()
+        pods = core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=ce-k8s",
+                                                field_selector=None).items
+        names = set(kube.real_node_names())
+        for pod in pods:
+            if pod.spec.node_name not in names or pod.metadata.name in self.real_pods:
+                continue
+            for cs in pod.status.container_statuses or []:
+                started = cs.state.running.started_at if cs.state.running else (
+                    cs.state.terminated.started_at if cs.state.terminated else None)
+                if started is not None:
+                    self.real_pods[pod.metadata.name] = {"created": pod.metadata.creation_timestamp.timestamp(),
+                                                         "started": started.timestamp()}
+
+    def real_node_summary(self) -> dict[str, object]:
+        mine = [o for o in self.outcomes.values() if o.index in self.real_nodes]
+        starts = sorted(p["started"] - p["created"] for p in self.real_pods.values())
+        end = self.node_cpu_seconds()
+        cpu = round(end - self.node_cpu_start, 2) if end is not None and self.node_cpu_start is not None else None
+        return {
+            "pilots": len(mine),
+            "completed": sum(1 for o in mine if o.status == COMPLETED),
+            "exit_codes_right": sum(1 for o in mine if o.status == COMPLETED and o.exit_code == o.pilot.exit_code),
+            "stdout_returned": sum(1 for o in mine if o.status == COMPLETED
+                                   and f"glidein {o.index} ran on node " in o.stdout),
+            # stderr comes back in the stdout file: the log is one stream without the split gate
+            "stderr_returned": sum(1 for o in mine if o.status == COMPLETED
+                                   and f"glidein {o.index} stderr: done" in o.stdout + o.stderr),
+            "pods_seen": len(self.real_pods),
+            "create_to_running_s": ({"mean": round(sum(starts) / len(starts), 2), "max": starts[-1]}
+                                    if starts else None),
+            "node_cpu_s": cpu,
+            "node_cpu_s_per_pilot": round(cpu / len(mine), 3) if cpu is not None and mine else None,
+        }
 
     def _maybe_restart_agent(self, progress=None) -> None:
         if not self.restart_agent or self.agent_restarts:
@@ -319,6 +437,8 @@ class RealDemo:
                                    if o.status == COMPLETED and f"glidein {o.index} stderr" in o.stderr),
             "blah_calls_k8s": _count_blah(self.env.blah_log, "k8s_"),
         }
+        if self.real_nodes:
+            out["real_node"] = self.real_node_summary()
         if self.factory:
             out["factory_completed"] = counts[COMPLETED]
             out["factory_held"] = counts[HELD]

@@ -29,7 +29,7 @@ name, verb `get` and the subresource kubelet pkg/kubelet/server/auth.go derives 
 (`/stats/*` -> `stats`, `/metrics/*` -> `metrics`, `/logs/*` -> `log`, anything else -> `proxy`),
 both asked of the real API server with the bed's admin token. No token: 401; a token the API server
 does not know: 401; a review that says no: 403 `Forbidden (user=..., verb=get, resource=nodes,
-subresource=...)`, the kubelet's words. `/containerLogs` is what the API server itself calls for
+subresource(s)=[...])`, the words of the bed's real kubelet. `/containerLogs` is what the API server itself calls for
 `pods/log` (with its kubelet client certificate on a cluster, with nothing in this bed): it is
 served without a token, and checked like the rest when a token is presented. `/healthz` is open
 (the bed's readiness probe).
@@ -107,13 +107,17 @@ class Api:
         return self.get(f"/api/v1/pods?fieldSelector={sel}").get("items", [])
 
 
-def subresource_of(path: str) -> str:
-    """The nodes subresource a kubelet authorises `path` as (kubelet pkg/kubelet/server/auth.go,
-    `GetRequestAttributes`: isSubpath of /stats, /metrics, /logs; the default is `proxy`)."""
-    for prefix, sub in (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log")):
+def subresources_of(path: str) -> list[str]:
+    """The nodes subresources a kubelet authorises `path` as, any one of which allows it: /stats,
+    /metrics and /logs their own; /configz, /healthz and /pods their own, then `proxy` (the
+    fine-grained kubelet authorisation of 1.33+, on by default); anything else `proxy`. Read off the
+    bed's real kubelet v1.37.2 (tests/real/test_real_node.py), which names them in its 403."""
+    for prefix, subs in (("/stats", ["stats"]), ("/metrics", ["metrics"]), ("/logs", ["log"]),
+                         ("/configz", ["configz", "proxy"]), ("/healthz", ["healthz", "proxy"]),
+                         ("/pods", ["pods", "proxy"])):
         if path == prefix or path.startswith(prefix + "/"):
-            return sub
-    return "proxy"
+            return subs
+    return ["proxy"]
 
 
 def summary(node: str, pods: list[dict[str, Any]], started: float, now: float) -> dict[str, Any]:
@@ -219,10 +223,10 @@ def serve(state: Path) -> None:
                 if user is None:
                     self._send(401, b"Unauthorized")
                     return False
-                sub = subresource_of(path)
-                if not api.authorize(user, node, sub):
+                subs = subresources_of(path)
+                if not any(api.authorize(user, node, sub) for sub in subs):
                     self._send(403, (f"Forbidden (user={user.get('username')}, verb=get, resource=nodes, "
-                                     f"subresource={sub})").encode())
+                                     f"subresource(s)=[{' '.join(subs)}])\n").encode())
                     return False
                 return True
 

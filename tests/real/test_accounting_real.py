@@ -95,7 +95,7 @@ def test_the_agent_s_own_token_reads_the_kubelet_directly_and_cpu_is_known(real_
     token = token_of(agent_client)
     for path in ("/configz", "/pods", "/run/x/y/z"):
         status, body = kubelet_get(real_kube, pod.node, path, token)
-        assert status == 403 and b"subresource=proxy" in body, (path, status, body)
+        assert status == 403 and b"subresource(s)=[" in body and b"proxy]" in body, (path, status, body)
 
 
 def test_a_token_without_the_grant_gets_403_from_the_kubelet_and_cpu_is_unknown(real_kube, agent_client, core,
@@ -111,7 +111,7 @@ def test_a_token_without_the_grant_gets_403_from_the_kubelet_and_cpu_is_unknown(
     status, body = kubelet_get(real_kube, pod.node, "/stats/summary", token)
     assert status == 403, body
     assert body.decode() == (f"Forbidden (user=system:serviceaccount:{namespace}:no-stats, verb=get, "
-                             "resource=nodes, subresource=stats)")
+                             "resource=nodes, subresource(s)=[stats])\n")
     assert kubelet_get(real_kube, pod.node, "/stats/summary", "not-a-token")[0] == 401
 
     conf = client.Configuration()

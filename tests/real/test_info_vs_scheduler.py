@@ -5,25 +5,34 @@ rights) is compared with the number of that route's pods the real scheduler plac
 nodes (bench/info_vs_scheduler.py does the creating and counting). The provider claims exactness
 for what it models -- cordons, NoSchedule/NoExecute taints, nodeSelector and required node affinity,
 per-node fit of every requested resource (extended ones included), other tenants' running and
-Terminating pods, ResourceQuota room -- so there the figures must be equal. With the pilots running,
+Terminating pods, ResourceQuota room -- so there the figures must be equal, and equal to the figure
+the nodes of this module give (the docs/information-provider.md table). With the pilots running,
 MaxPilots must still be what they hold (the route's placed pilots count), so a full pool does not
 advertise zero.
 
-The bed has the default nodes (ce_k8s/real/kube.py: 8 CPU nodes of 64 cores, 2 tainted GPU nodes of
-4 GPUs, 2 whole-node nodes, a tainted spare). The "busy" cases fill the untainted nodes with other
-tenants' pods first, so a 1-core route places 36 pods and not 640 (2 shared cores).
+The module runs on a control plane of its own (``bed``), not the session's: there other tests' pods
+hold cores of the same nodes and use the same pilots' namespace, so neither figure could be known
+in advance (the module used to stop asserting them then). Its nodes (``NODES``): 3 CPU nodes of 64
+cores, 2 GPU nodes of 32 cores and 4 GPUs tainted ``nvidia.com/gpu``, 2 whole-node nodes, and the
+tainted spare node every bed has; no real node. The "busy" cases fill the untainted nodes with other
+tenants' pods first, so a 1-core route places 4 pods a node and not 64.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kubernetes.config import new_client_from_config
+
+from ce_k8s.real.kube import SPARE_NODE, RealKube
+from ce_k8s.sim.cluster import parse_nodes
 
 from .conftest import wait_for
 
@@ -34,45 +43,77 @@ import info_vs_scheduler as ivs
 REPO = Path(__file__).resolve().parents[2]
 PILOTS_NS = "ce-k8s-pilots"
 TENANT_NS = "ivs-tenant"
-CPU_NODES = [f"cpu-{i}" for i in range(1, 9)]
-WHOLE_NODES = ["wholenode-1", "wholenode-2"]
+# This module's bed: the shapes of the default nodes (ce_k8s.real.kube.DEFAULT_NODES), fewer CPU nodes.
+NODES = ("cpu:3x64c256g,"
+         "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
+         "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
+
+
+def _pool(name: str) -> list[str]:
+    return [n.name for n in parse_nodes(NODES) if n.name.rsplit("-", 1)[0] == name]
+
+
+CPU_NODES, GPU_NODES, WHOLE_NODES = _pool("cpu"), _pool("gpu"), _pool("wholenode")
+SPARE = parse_nodes(SPARE_NODE)[0].name
+UNTAINTED = CPU_NODES + WHOLE_NODES      # where the 1-core routes go (the GPU and spare nodes are tainted)
+GPUS_A_NODE = 4
+FILL_CORES = 60                          # what the busy cases' tenants hold of each untainted node's 64
+LEFT = 64 - FILL_CORES
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-@pytest.fixture
-def core(admin_client):
-    return client.CoreV1Api(admin_client)
+@pytest.fixture(scope="module")
+def bed():
+    """A control plane of this module's own (ce_k8s.real.kube, up in about 10 s), so nothing but this
+    module's cases places pods on its nodes; no real node (it is tainted for every route anyway).
+    CE_K8S_REAL_KUBE_TEST_STATE is not used here: a bed kept up has other pods on other nodes. The
+    reaper takes the bed down if this run dies without doing it (ce_k8s.real.reaper)."""
+    if os.geteuid() != 0:
+        pytest.fail("the real-Kubernetes tests need root (CI runs as root); see docs/real-kubernetes.md")
+    kube = RealKube(Path("/var/tmp") / f"ce-k8s-ivs-tests-{os.getpid()}")
+
+    def progress(message: str) -> None:
+        print(f"ivs-kube: {message}", flush=True)
+
+    try:
+        kube.up(nodes=NODES, progress=progress, real_nodes=0, owner_pid=os.getpid())
+        yield kube
+    finally:
+        kube.down(progress=progress)
+        shutil.rmtree(kube.state_dir, ignore_errors=True)
 
 
-_QUIET = {"ok": True}
+@pytest.fixture(scope="module")
+def core(bed):
+    """The site's hands on this module's bed (the admin kubeconfig); its nodes are NODES and the spare."""
+    api = new_client_from_config(config_file=str(bed.admin_kubeconfig))
+    core = client.CoreV1Api(api)
+    assert sorted(n.metadata.name for n in core.list_node().items) == sorted(
+        CPU_NODES + GPU_NODES + WHOLE_NODES + [SPARE])
+    yield core
+    api.close()
+
+
+def _bound_pods(core) -> list[str]:
+    return [f"{p.metadata.namespace}/{p.metadata.name}" for p in core.list_pod_for_all_namespaces().items
+            if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+            and p.metadata.namespace != "kube-system"]
 
 
 @pytest.fixture(autouse=True)
-def _quiet_cluster(core):
-    """Wait (90 s at most) until no other test's pod holds a node, so the figures of the docs table
-    hold; when some still do, only the agreement is asserted (it holds on any cluster)."""
-    def foreign() -> list[str]:
-        return [f"{p.metadata.namespace}/{p.metadata.name}" for p in core.list_pod_for_all_namespaces().items
-                if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
-                and p.metadata.namespace != "kube-system"]
-    deadline = time.monotonic() + 90
-    while (left := foreign()) and time.monotonic() < deadline:
-        time.sleep(1)
-    _QUIET["ok"] = not left
-    if left:
-        print(f"pods of other tests still hold nodes; figures not asserted: {left[:5]}", file=sys.stderr)
+def _empty_bed(core):
+    """Each case starts with nothing on the nodes: what the case before made goes within moments
+    (its pods are deleted with grace 0); a pod still there would change both figures, so it fails."""
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not _bound_pods(core), timeout=60, what="the pods of the case before gone")
+    left = _bound_pods(core)
+    assert not left, f"pods of the case before still hold nodes: {left[:5]}"
 
 
-def figures(got, want) -> None:
-    """The figure of the docs table, asserted when the cluster had nothing else on it."""
-    if _QUIET["ok"]:
-        assert got == want
-
-
-def _compare(real_kube, name: str, before_each=None, **kw) -> ivs.Comparison:
+def _compare(bed, name: str, before_each=None, **kw) -> ivs.Comparison:
     """The comparison for one route, again when a node flapped NotReady in the middle of it (the
     loaded 2-core machine can delay kwok's heartbeats past the bed's grace period)."""
-    return ivs.compare_stable(real_kube.admin_kubeconfig, real_kube.kubeconfig, name, before_each=before_each, **kw)
+    return ivs.compare_stable(bed.admin_kubeconfig, bed.kubeconfig, name, before_each=before_each, **kw)
 
 
 def _assert_exact(c: ivs.Comparison) -> None:
@@ -80,6 +121,11 @@ def _assert_exact(c: ivs.Comparison) -> None:
     assert c.placement.pending or c.placement.refused, c       # the scheduler was really pushed past it
     assert c.advertised_after == c.placement.placed, c        # the running pilots are still advertised
     assert c.ours_after >= c.placement.created, c             # and counted (Pending ones too)
+
+
+def _assert_figure(c: ivs.Comparison, want: int) -> None:
+    """The figure of the docs table, which this module's nodes give: advertised and placed alike."""
+    assert (c.advertised, c.placement.placed) == (want, want), c
 
 
 def tenant_pod(name: str, node: str | None, cpu: str, memory: str = "1Gi", gpus: int = 0,
@@ -117,8 +163,10 @@ class Busy:
 
     def __init__(self, core) -> None:
         self.core = core
-        self.fillers = {f"fill-{n}": tenant_pod(f"fill-{n}", n, "60") for n in CPU_NODES + WHOLE_NODES}
-        self.fillers["fill-gpu-1"] = tenant_pod("fill-gpu-1", "gpu-1", "4", gpus=3, tolerations=[GPU_TOLERATION])
+        self.fillers = {f"fill-{n}": tenant_pod(f"fill-{n}", n, str(FILL_CORES)) for n in UNTAINTED}
+        gpu = GPU_NODES[0]
+        self.fillers[f"fill-{gpu}"] = tenant_pod(f"fill-{gpu}", gpu, "4", gpus=GPUS_A_NODE - 1,
+                                                 tolerations=[GPU_TOLERATION])
 
     def refill(self) -> None:
         """Create the fillers that are not there (a node NotReady for 10 s has its pods evicted)."""
@@ -182,76 +230,80 @@ def quota(core, name: str, hard: dict[str, str], namespace: str = PILOTS_NS):
 # An empty cluster: taints, selectors and extended resources
 
 
-def test_gpu_and_whole_node_routes_on_the_empty_cluster(real_kube):
+def test_gpu_and_whole_node_routes_on_the_empty_cluster(bed):
     """GPU_Pilots: the tainted pool's 8 GPUs, nothing else (the toleration and the selector); the
-    whole-node route: one pod per node of its pool."""
-    gpu = _compare(real_kube, "GPU_Pilots")
-    whole = _compare(real_kube, "WholeNode_Pilots")
-    figures((gpu.advertised, whole.advertised), (8, 2))
+    whole-node route: one pod per node of its pool (2)."""
+    gpu = _compare(bed, "GPU_Pilots")
+    whole = _compare(bed, "WholeNode_Pilots")
     _assert_exact(gpu)
     _assert_exact(whole)
+    _assert_figure(gpu, GPUS_A_NODE * len(GPU_NODES))
+    _assert_figure(whole, len(WHOLE_NODES))
 
 
 # --------------------------------------------------------------------------------------------
 # A busy cluster: other tenants, a cordon, Terminating and finished pods
 
 
-def test_busy_cluster_with_a_cordoned_node(real_kube, busy):
-    """4 cores left on each untainted node, cpu-8 cordoned: 9 nodes x 4 one-core pilots; gpu-1 has
-    one GPU left (5 GPU pilots); no node is empty enough for a whole-node pilot."""
-    with cordoned(busy.core, "cpu-8"):
-        got = {}
-        for name in ("Pilots", "CMS_Pilots", "GPU_Pilots", "WholeNode_Pilots"):
-            c = _compare(real_kube, name, busy.refill)
+def test_busy_cluster_with_a_cordoned_node(bed, busy):
+    """4 cores left on each untainted node, cpu-3 cordoned: 4 nodes x 4 one-core pilots (16); gpu-1
+    has one GPU left (5 GPU pilots); no node is empty enough for a whole-node pilot."""
+    want = {"Pilots": LEFT * (len(UNTAINTED) - 1), "CMS_Pilots": LEFT * (len(UNTAINTED) - 1),
+            "GPU_Pilots": 1 + GPUS_A_NODE * (len(GPU_NODES) - 1), "WholeNode_Pilots": 0}
+    with cordoned(busy.core, CPU_NODES[-1]):
+        for name, figure in want.items():
+            c = _compare(bed, name, busy.refill)
             _assert_exact(c)
-            got[name] = c.advertised
-        figures(got, {"CMS_Pilots": 36, "Pilots": 36, "GPU_Pilots": 5, "WholeNode_Pilots": 0})
+            _assert_figure(c, figure)
 
 
-def test_terminating_and_finished_pods(real_kube, busy):
+def test_terminating_and_finished_pods(bed, busy):
     """A Terminating pod (held by a finalizer) still holds its node's resources for the scheduler, and
-    for the provider; a finished one holds nothing for either."""
+    for the provider; a finished one holds nothing for either: 5 nodes x 4 cores - 2 = 18."""
     core = busy.core
-    core.create_namespaced_pod(TENANT_NS, tenant_pod("held", "cpu-1", "2", finalizers=["ivs.ce-k8s.io/hold"]))
-    core.create_namespaced_pod(TENANT_NS, tenant_pod("done", "cpu-2", "3",
+    held_node, done_node = CPU_NODES[0], CPU_NODES[1]
+    core.create_namespaced_pod(TENANT_NS, tenant_pod("held", held_node, "2", finalizers=["ivs.ce-k8s.io/hold"]))
+    core.create_namespaced_pod(TENANT_NS, tenant_pod("done", done_node, "3",
                                                      annotations={"kwok.ce-k8s.io/run-for": "1s"}))
     _running(core, TENANT_NS, ["held"])
     core.delete_namespaced_pod("held", TENANT_NS)
     wait_for(lambda: core.read_namespaced_pod("held", TENANT_NS).metadata.deletion_timestamp, what="held Terminating")
     wait_for(lambda: core.read_namespaced_pod("done", TENANT_NS).status.phase == "Succeeded", what="done finished")
     held = core.read_namespaced_pod("held", TENANT_NS)
-    assert held.status.phase == "Running" and held.spec.node_name == "cpu-1"
-    c = _compare(real_kube, "Pilots", busy.refill)
-    figures(c.advertised, 10 * 4 - 2)
+    assert held.status.phase == "Running" and held.spec.node_name == held_node
+    c = _compare(bed, "Pilots", busy.refill)
     _assert_exact(c)
+    _assert_figure(c, LEFT * len(UNTAINTED) - 2)
 
 
 # --------------------------------------------------------------------------------------------
 # Quota
 
 
-def test_a_quota_that_binds_first(real_kube, busy):
-    """A second quota on the pilots' namespace with room for 10 cores binds before the nodes (40):
+def test_a_quota_that_binds_first(bed, busy):
+    """A second quota on the pilots' namespace with room for 10 cores binds before the nodes (20):
     the 11th pod is refused at admission, and MaxPilots is 10."""
+    assert LEFT * len(UNTAINTED) > 10                  # the nodes alone would take more
     with quota(busy.core, "ivs-tight", {"requests.cpu": "10"}):
-        c = _compare(real_kube, "Pilots", busy.refill)
-        figures(c.advertised, 10)
+        c = _compare(bed, "Pilots", busy.refill)
         assert c.placement.refused and "exceeded quota" in c.placement.refusal
         _assert_exact(c)
+        _assert_figure(c, 10)
 
 
-def test_limitrange_defaults_and_a_terminating_pod_on_a_lost_node(real_kube, busy):
+def test_limitrange_defaults_and_a_terminating_pod_on_a_lost_node(bed, busy):
     """A hand-made pod in the pilots' namespace that states no resources gets the shipped LimitRange's
     defaults (1 core, 2Gi): the quota charges them and its node holds them. A pod of the namespace on
     the spare node, which is then lost, is Terminating (the taint manager's eviction) and still
     charged by the quota: the quota controller releases a Terminating pod only when it recounts the
     namespace after the pod's grace period (a later event in the namespace, or its 5-minute resync).
-    The provider and admission both read the quota's status, so they agree either way: 12 - 3 = 9."""
+    The provider and admission both read the quota's status, so they agree either way: 12 - 3 = 9
+    (the nodes would take 19)."""
     core = busy.core
-    bare = tenant_pod("bare", "cpu-1", "1", namespace=PILOTS_NS)
+    bare = tenant_pod("bare", CPU_NODES[0], "1", namespace=PILOTS_NS)
     del bare["spec"]["containers"][0]["resources"]
     _restricted(bare)
-    spare = tenant_pod("on-spare", "spare-1", "2", namespace=PILOTS_NS)
+    spare = tenant_pod("on-spare", SPARE, "2", namespace=PILOTS_NS)
     _restricted(spare)
     core.create_namespaced_pod(PILOTS_NS, bare)
     core.create_namespaced_pod(PILOTS_NS, spare)
@@ -261,30 +313,31 @@ def test_limitrange_defaults_and_a_terminating_pod_on_a_lost_node(real_kube, bus
     with quota(core, "ivs-tight", {"requests.cpu": "12"}):
         wait_for(lambda: core.read_namespaced_resource_quota("ivs-tight", PILOTS_NS).status.used.get("requests.cpu")
                  == "3", what="the quota charging both pods")
-        real_kube.lose_spare_node()
+        bed.lose_spare_node()
         try:
             wait_for(lambda: core.read_namespaced_pod("on-spare", PILOTS_NS).metadata.deletion_timestamp,
                      timeout=120, what="the lost node's pod Terminating")
             assert core.read_namespaced_pod("on-spare", PILOTS_NS).status.phase == "Running"
-            c = _compare(real_kube, "Pilots", busy.refill, ignore={"spare-1"})
+            c = _compare(bed, "Pilots", busy.refill, ignore={SPARE})
         finally:
-            real_kube.return_spare_node()
-    figures(c.advertised, 12 - 3)
+            bed.return_spare_node()
     assert "used: requests.cpu=12, limited: requests.cpu=12" in c.placement.refusal
     _assert_exact(c)
+    _assert_figure(c, 12 - 3)
 
 
-def test_entries_sharing_a_pool_each_advertise_all_of_it(real_kube, busy):
-    """Pilots and CMS_Pilots take the same nodes: each advertises the whole free pool (36 on the busy
-    cluster, cpu-8 cordoned), exactly what the scheduler gives that route alone; the sum over the two
-    (72) is no bound. Once Pilots holds the pool, CMS_Pilots advertises 0 and Pilots its 36."""
-    with cordoned(busy.core, "cpu-8"):
-        pilots = _compare(real_kube, "Pilots", busy.refill, keep=True)
+def test_entries_sharing_a_pool_each_advertise_all_of_it(bed, busy):
+    """Pilots and CMS_Pilots take the same nodes: each advertises the whole free pool (16 on the busy
+    cluster, cpu-3 cordoned), exactly what the scheduler gives that route alone; the sum over the two
+    (32) is no bound. Once Pilots holds the pool, CMS_Pilots advertises 0 and Pilots its 16."""
+    with cordoned(busy.core, CPU_NODES[-1]):
+        pilots = _compare(bed, "Pilots", busy.refill, keep=True)
         try:
             _assert_exact(pilots)
-            cms = _compare(real_kube, "CMS_Pilots", busy.refill)
-            figures(pilots.advertised, 36)
-            assert (cms.advertised, cms.placement.placed) == (0, 0)
+            _assert_figure(pilots, LEFT * (len(UNTAINTED) - 1))
+            cms = _compare(bed, "CMS_Pilots", busy.refill)
+            _assert_exact(cms)
+            _assert_figure(cms, 0)
         finally:
             ivs.delete_run(busy.core, PILOTS_NS, ivs.run_name("Pilots"))
 
@@ -295,7 +348,7 @@ def _restricted(pod: dict) -> None:
                                       "seccompProfile": {"type": "RuntimeDefault"}}
     pod["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": False,
                                                        "capabilities": {"drop": ["ALL"]}}
-    if pod["spec"].get("nodeName", "").startswith("spare"):
+    if pod["spec"].get("nodeName") == SPARE:
         pod["spec"]["tolerations"] = [{"key": "ce-k8s.test/spare", "operator": "Exists", "effect": "NoSchedule"}]
 
 
@@ -303,7 +356,7 @@ def _restricted(pod: dict) -> None:
 # Admission that changes or refuses the pilot's pod
 
 
-def test_a_limitrange_that_refuses_the_pilot(real_kube, core):
+def test_a_limitrange_that_refuses_the_pilot(bed, core):
     """A site's LimitRange whose maximum is smaller than the whole-node pilot (64 cores): admission
     refuses every one of the route's pods, so the route can take none and must advertise none.
     (Before the provider asked the API server to admit its pilot (a dry run), it advertised the two
@@ -312,42 +365,43 @@ def test_a_limitrange_that_refuses_the_pilot(real_kube, core):
         "metadata": {"name": "ivs-small"},
         "spec": {"limits": [{"type": "Container", "max": {"cpu": "32"}}]}})
     try:
-        c = _compare(real_kube, "WholeNode_Pilots")
-        ad = ivs.info_ad(real_kube.kubeconfig)
+        c = _compare(bed, "WholeNode_Pilots")
+        ad = ivs.info_ad(bed.kubeconfig)
     finally:
         core.delete_namespaced_limit_range("ivs-small", PILOTS_NS)
     assert ad["K8sInfoStatus"] == "WARNING"
     assert "route WholeNode_Pilots: the API server refuses its pods" in ad["K8sInfoError"]
     assert c.placement.refused and "maximum cpu usage per Container is 32" in c.placement.refusal, c
     _assert_exact(c)
-    assert c.advertised == 0
-    again = _compare(real_kube, "WholeNode_Pilots")   # the LimitRange gone: the pool again
-    figures(again.advertised, 2)
+    _assert_figure(c, 0)
+    again = _compare(bed, "WholeNode_Pilots")   # the LimitRange gone: the pool again
     _assert_exact(again)
+    _assert_figure(again, len(WHOLE_NODES))
 
 
-def test_limitrange_defaults_of_the_pilots_own_pod_count_against_quota(real_kube, core):
+def test_limitrange_defaults_of_the_pilots_own_pod_count_against_quota(bed, core):
     """The builder states no ephemeral-storage limit; a site's LimitRange gives every container one
     (10Gi) and a quota caps limits.ephemeral-storage at 50Gi: admission charges 10Gi a pod, so 5 GPU
     pilots and not the pool's 8. (The pod as built charges nothing there: before the dry run the
     provider advertised 8 and factories were sent 3 pilots admission refused.)"""
+    assert GPUS_A_NODE * len(GPU_NODES) > 5            # the nodes alone would take more
     core.create_namespaced_limit_range(PILOTS_NS, {
         "metadata": {"name": "ivs-eph"},
         "spec": {"limits": [{"type": "Container", "default": {"ephemeral-storage": "10Gi"}}]}})
     try:
         with quota(core, "ivs-eph", {"limits.ephemeral-storage": "50Gi"}):
-            c = _compare(real_kube, "GPU_Pilots")
+            c = _compare(bed, "GPU_Pilots")
     finally:
         core.delete_namespaced_limit_range("ivs-eph", PILOTS_NS)
     assert c.placement.refused and "exceeded quota: ivs-eph" in c.placement.refusal, c
-    figures(c.advertised, 5)
     _assert_exact(c)
+    _assert_figure(c, 50 // 10)
 
 
-def test_runtimeclass_overhead(real_kube, core, monkeypatch):
+def test_runtimeclass_overhead(bed, core, monkeypatch):
     """A route whose pods name a RuntimeClass with a pod overhead (30 cores, e.g. a VM sandbox): the
     RuntimeClass admission adds the overhead to each pod, the scheduler counts it, so a 32-core GPU
-    node takes one GPU pilot and not four. The route is the shipped GPU route plus
+    node takes one GPU pilot and not four (2 in all). The route is the shipped GPU route plus
     `SET K8sRuntimeClass` (through HTCondor's `_CONDOR_` environment override)."""
     route = (REPO / "routes" / "20-gpu.conf").read_text()
     body = route.split("@=jrt\n", 1)[1].split("@jrt", 1)[0]
@@ -356,8 +410,8 @@ def test_runtimeclass_overhead(real_kube, core, monkeypatch):
     node_api.create_runtime_class({"metadata": {"name": "ivs-overhead"}, "handler": "runc",
                                    "overhead": {"podFixed": {"cpu": "30", "memory": "1Gi"}}})
     try:
-        c = _compare(real_kube, "GPU_Pilots")
+        c = _compare(bed, "GPU_Pilots")
     finally:
         node_api.delete_runtime_class("ivs-overhead")
-    figures(c.advertised, 2)
     _assert_exact(c)
+    _assert_figure(c, len(GPU_NODES))

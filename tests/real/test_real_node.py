@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -126,8 +127,9 @@ def test_stdout_and_stderr_come_back_through_the_api_server(admin_core, pilot_na
     name = run(admin_core, pilot_namespace, pod_manifest("logs", "echo to-stdout; echo to-stderr >&2; exit 0"))
     finished(admin_core, pilot_namespace, name)
     text = log(admin_core, pilot_namespace, name)
-    # Without the alpha split-streams gate the kubelet serves both streams interleaved, in order.
-    assert text.splitlines() == ["to-stdout", "to-stderr"]
+    # Without the alpha split-streams gate the kubelet serves both streams in one log. containerd
+    # reads the two pipes apart, so lines written back to back on two streams may swap (seen here).
+    assert sorted(text.splitlines()) == ["to-stderr", "to-stdout"]
 
 
 def test_the_restricted_profile_is_enforced_inside_the_container(admin_core, pilot_namespace, real_node):
@@ -302,28 +304,66 @@ def _summary(real_kube, node: str, port: int, token: str) -> dict:
 
 def test_summary_reports_cpu_of_a_running_container_and_drops_it_after_exit(real_kube, admin_core,
                                                                            pilot_namespace, real_node):
-    """Finding 6, on a real kubelet: its Summary API has the CPU of a live container only."""
+    """Finding 6, on a real kubelet: its Summary API has the CPU of a live container only. Once the
+    container has exited (the pod Succeeded, not deleted), the pod is gone from the Summary: the
+    agent's last sample while it ran is all the CPU there is (a lower bound; docs/accounting.md)."""
     import yaml
 
     token = yaml.safe_load(real_kube.kubeconfig.read_text())["users"][0]["user"]["token"]   # the agent's
     port = admin_core.read_node(real_node).status.daemon_endpoints.kubelet_endpoint.port
     name = run(admin_core, pilot_namespace, pod_manifest(
-        "busy", "echo start; end=$(($(date +%s)+3)); while [ $(date +%s) -lt $end ]; do :; done; "
-                "echo burnt; sleep 30; exit 0"))
-    wait_for(lambda: "burnt" in (log(admin_core, pilot_namespace, name)
-                                 if admin_core.read_namespaced_pod(name, pilot_namespace).status.phase == "Running"
-                                 else ""), 60, what="the busy loop to end")
+        "busy", "end=$(($(date +%s)+2)); while [ $(date +%s) -lt $end ]; do :; done; sleep 4; exit 0"))
 
-    def cpu_of(summary) -> float | None:
-        for pod in summary.get("pods", []):
-            if pod["podRef"]["name"] == name:
-                for c in pod.get("containers", []):
-                    if c["name"] == "main" and "cpu" in c:
-                        return c["cpu"]["usageCoreNanoSeconds"] / 1e9
-        return None
-    seconds = wait_for(lambda: cpu_of(_summary(real_kube, real_node, port, token)), 60,
-                       what="the container's CPU in the Summary API")
-    assert seconds >= 1.0        # three seconds of a busy loop at a 0.5-CPU limit
-    admin_core.delete_namespaced_pod(name, pilot_namespace, grace_period_seconds=0)
-    wait_for(lambda: cpu_of(_summary(real_kube, real_node, port, token)) is None, 60,
-             what="the exited container to leave the Summary API")
+    def in_summary() -> dict | None:
+        pods = _summary(real_kube, real_node, port, token).get("pods", [])
+        return next((p for p in pods if p["podRef"]["name"] == name), None)
+
+    def cpu_seconds() -> float:
+        entry = in_summary() or {}
+        main = [c for c in entry.get("containers", []) if c["name"] == "main" and "cpu" in c]
+        return main[0]["cpu"]["usageCoreNanoSeconds"] / 1e9 if main else 0.0
+    seconds = wait_for(cpu_seconds, 60, poll=0.5, what="the container's CPU in the Summary API")
+    assert seconds > 0.1
+    pod = finished(admin_core, pilot_namespace, name)
+    assert pod.status.phase == "Succeeded" and pod.metadata.deletion_timestamp is None
+    wait_for(lambda: in_summary() is None, 30, poll=0.5, what="the exited container to leave the Summary API")
+    assert admin_core.read_namespaced_pod(name, pilot_namespace).status.phase == "Succeeded"
+
+
+def _kubelet_get(real_kube, node: str, port: int, path: str, token: str) -> tuple[int, bytes]:
+    ctx = ssl.create_default_context(cafile=str(real_kube.kubelet_ca))
+    req = urllib.request.Request(f"https://{node}:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_the_real_kubelet_judges_the_agent_s_token_as_the_stub_does(real_kube, admin_core, real_node,
+                                                                     pilot_namespace):
+    """Webhook authentication and authorisation on a real kubelet: the agent's ServiceAccount token
+    reads `/stats/summary` (get nodes/stats) and is refused the kubelet's other endpoints in the
+    kubelet's own words; a token without the grant is refused the stats too; an unknown token is
+    401. The kubelet stub of the kwok nodes answers every one of these requests alike."""
+    import yaml
+
+    agent = yaml.safe_load(real_kube.kubeconfig.read_text())["users"][0]["user"]["token"]
+    admin_core.create_namespaced_service_account(pilot_namespace, {"metadata": {"name": "no-grant"}})
+    none = admin_core.create_namespaced_service_account_token(
+        "no-grant", pilot_namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    port = admin_core.read_node(real_node).status.daemon_endpoints.kubelet_endpoint.port
+    status, body = _kubelet_get(real_kube, real_node, port, "/stats/summary", agent)
+    assert status == 200 and json.loads(body)["node"]["nodeName"] == real_node
+    status, body = _kubelet_get(real_kube, real_node, port, "/configz", agent)
+    assert (status, body.decode()) == (403, "Forbidden (user=system:serviceaccount:ce-k8s-system:ce-k8s-agent, "
+                                            "verb=get, resource=nodes, subresource(s)=[configz proxy])\n")
+    stub_port = next(p for n, p in real_kube.state().node_ports.items() if n.startswith("cpu-"))
+    for token in (agent, none, "not-a-token"):
+        for path in ("/stats/summary", "/configz", "/pods", "/metrics", "/logs/", "/run/x/y/z"):
+            real = _kubelet_get(real_kube, real_node, port, path, token)
+            stub = _kubelet_get(real_kube, "127.0.0.1", stub_port, path, token)
+            if real[0] == 200:
+                assert stub[0] == 200, (path, stub)
+                continue
+            assert stub == real, (path, token[:8], real, stub)     # the words name the user, not the node
