@@ -5,6 +5,8 @@ Pieces, each in its own module:
 * `status.decide` — pod state → routed-job attributes (the table in docs/holds.md);
 * `adtext` — the few ad lines the hot path reads and the lines it prints;
 * `creator.Creator` — creates pod then Secret with bounded concurrency under the QPS budget;
+* `apiwarnings` — the API server's `Warning` headers on those writes: logged, counted, and named
+  in `K8sPodReason` where the pod will not do what the route meant (never a hold);
 * `credentials.CredentialRefresher` — a proxy/token renewed in the spool patched into the live
   pod's Secret (a `stat` per update, the copy on its own thread);
 * `output.OutputStore` — each finished pod's log, saved before completion is reported;
@@ -43,7 +45,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext
+from ce_k8s.agent import adtext, apiwarnings
 from ce_k8s.agent.accounting import IDENTITY_WANTED, UsageCollector, attempt_wall, history_ad, routed_attrs
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
@@ -68,6 +70,7 @@ from ce_k8s.agent.status import (
     CREATE_RETRY,
     HELD,
     IDLE,
+    RUNNING,
     CreateInfo,
     JobView,
     completes,
@@ -124,6 +127,12 @@ class JobRecord:
     seen_uid: str = ""
     check_history: bool = False
     cred: CredentialState | None = None   # the pod's credential files and what its Secret holds
+    # The API server's Warning headers on this pod's writes (ce_k8s.agent.apiwarnings): the texts
+    # logged (each once per pod), and the notes K8sPodReason carries while the pod is pending
+    # (a deprecated node label) or while it lives (something the server dropped or ignores).
+    api_warnings: tuple[str, ...] = ()
+    note_pending: str = ""
+    note_always: str = ""
 
 
 def label_selector(ce_name: str) -> str:
@@ -409,6 +418,8 @@ class Agent:
         if adopted is not None:
             desired = {"K8sPodName": name, "K8sAttempt": adopted.attempt, **desired}
         desired = self._with_usage(desired, pod or gone, attrs, now)
+        if (rec.note_pending or rec.note_always) and pod is not None:
+            desired = _with_warnings(desired, rec, pod)
         if desired.get("JobStatus") == COMPLETED and not self._output_saved(pod or gone, now):
             # Completion is reported only once the pod's log is safe on disk (output.py): the
             # finalize hook that follows must not depend on the pod or the API server.
@@ -1261,6 +1272,24 @@ def _short(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     text = " ".join(text.split())
     return text if len(text) < 300 else text[:297] + "..."
+
+
+def _with_warnings(desired: dict[str, object], rec: JobRecord, pod: PodInfo) -> dict[str, object]:
+    """`desired` with the API server's warnings about this pod after its `K8sPodReason` (docs/agent.md
+    "API server warnings"): while the job is idle or running on this very pod, never on a hold, a
+    completion, a pod being deleted or a move to the next attempt (which gets its own pod's)."""
+    if ("K8sPodReason" not in desired or "K8sPodName" in desired or pod.deleting
+            or desired.get("K8sPodPhase") != pod.phase or desired.get("JobStatus") not in (IDLE, RUNNING)):
+        return desired
+    if pod.phase == "Pending":
+        note = apiwarnings.join(rec.note_pending, rec.note_always)
+    elif pod.phase == "Running":
+        note = rec.note_always
+    else:
+        return desired
+    if not note:
+        return desired
+    return {**desired, "K8sPodReason": apiwarnings.with_note(str(desired["K8sPodReason"] or ""), note)}
 
 
 def _conflict_hold(pod: PodInfo) -> dict[str, object]:

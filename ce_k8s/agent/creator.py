@@ -31,7 +31,7 @@ import time
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from ce_k8s.agent import adtext
+from ce_k8s.agent import adtext, apiwarnings
 from ce_k8s.agent.corecalls import drained
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.ratelimit import backoff
@@ -202,7 +202,7 @@ class Creator:
                 rec.check_history = False       # looked once: from now on this process is the witness
             pod = self.create_pod(built, job, rec)
             if built.secret is not None:
-                self.ensure_secret(built, pod)
+                self.ensure_secret(built, pod, job, rec)
                 agent.credentials.seed(rec, built, read_at)     # what the Secret now holds (credentials.py)
         except Ended as exc:
             # F1/F3: count the vanished pod as this attempt's one pod; the status mapping moves the
@@ -333,6 +333,7 @@ class Creator:
             self.agent.prom.pods_created.inc()
             self.agent.metrics["creates"] += 1
             log.info("%s", fields(event="pod-created", job=job, pod=built.name, namespace=built.namespace))
+            self.note_warnings(resp, "pods", built.name, built.namespace, job, rec)
             return json.loads(resp.data)
         except ApiException as exc:
             if exc.status != 409:
@@ -384,7 +385,35 @@ class Creator:
         log.info("%s", fields(event="pod-adopted", job=job, pod=built.name, namespace=built.namespace))
         return existing
 
-    def ensure_secret(self, built, pod: dict) -> None:
+    def note_warnings(self, resp, resource: str, pod: str, namespace: str, job: str = "?", rec=None) -> None:
+        """Log, count and remember the API server's `Warning` headers on a write for `pod`
+        (ce_k8s.agent.apiwarnings): each text once per pod (its JobRecord), never a hold.
+
+        `rec` keeps the notes the update replies add to `K8sPodReason` (Agent._with_warnings);
+        without one (a test's direct call) the warnings are only logged and counted.
+        """
+        try:
+            warnings = apiwarnings.of_response(resp)
+        except Exception as exc:       # a header we cannot read must not fail a write that succeeded
+            log.warning("%s", fields(event="api-warning", job=job, pod=pod, namespace=namespace, resource=resource,
+                                     kind="unreadable", error=f"{type(exc).__name__}: {str(exc)[:200]}"))
+            return
+        for w in warnings:
+            if rec is not None:
+                if w.text in rec.api_warnings:
+                    continue
+                rec.api_warnings = (*rec.api_warnings, w.text)
+            kind = w.kind
+            effect = apiwarnings.KINDS[kind]
+            self.agent.prom.api_warnings.labels(resource, kind).inc()
+            log.warning("%s", fields(event="api-warning", job=job, pod=pod, namespace=namespace, resource=resource,
+                                     kind=kind, effect=effect, text=w.text))
+            if rec is not None and effect == apiwarnings.PLACEMENT:
+                rec.note_pending = apiwarnings.join(rec.note_pending, w.text)
+            elif rec is not None and effect == apiwarnings.IGNORED:
+                rec.note_always = apiwarnings.join(rec.note_always, w.text)
+
+    def ensure_secret(self, built, pod: dict, job: str = "?", rec=None) -> None:
         """Create the Secret owned by `pod`; if it exists, make its data and owner ours."""
         from ce_k8s.pods.builder import owner_reference
 
@@ -396,7 +425,8 @@ class Creator:
             meta["ownerReferences"] = [owner_reference(built.name, uid)]
         secret["metadata"] = meta
         try:
-            self._call("create secret", self.agent.calls.create_namespaced_secret, built.namespace, secret)
+            resp = self._call("create secret", self.agent.calls.create_namespaced_secret, built.namespace, secret)
+            self.note_warnings(resp, "secrets", built.name, built.namespace, job, rec)
             return
         except ApiException as exc:
             if exc.status != 409:
@@ -410,12 +440,13 @@ class Creator:
             raise classify(exc, "create secret") from exc
         patch = {"metadata": {"ownerReferences": meta.get("ownerReferences") or []}, "data": secret.get("data") or {}}
         try:
-            self._call("patch secret", core.patch_namespaced_secret, meta["name"], built.namespace, patch)
+            resp = self._call("patch secret", core.patch_namespaced_secret, meta["name"], built.namespace, patch)
         except Exception as exc:
             err = classify(exc, "patch secret")
             if isinstance(err, Permanent):
                 raise Permanent("secret-create-failed", err.message) from exc
             raise err from exc
+        self.note_warnings(resp, "secrets", built.name, built.namespace, job, rec)
 
 
 @dataclasses.dataclass(frozen=True)

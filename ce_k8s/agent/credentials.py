@@ -235,7 +235,7 @@ class CredentialRefresher:
         name = secret_name(task.pod)
         core = self.agent.core
         try:
-            self.agent.creator.call("patch secret", core.patch_namespaced_secret, name, task.namespace, body)
+            resp = self.agent.creator.call("patch secret", core.patch_namespaced_secret, name, task.namespace, body)
         except ApiException as exc:
             if exc.status == 404:
                 # The Secret (and so its pod) is gone: nothing left to refresh for this pod.
@@ -248,6 +248,7 @@ class CredentialRefresher:
         except Exception as exc:
             self._failed(task, "api", f"{type(exc).__name__}: {str(exc)[:200]}")
             return False
+        self.agent.creator.note_warnings(resp, "secrets", task.pod, task.namespace, task.job, task.rec)
         cs.digests.update({key: new[key] for key in changed})
         cs.taken, cs.failures, cs.next_try = task.seen, 0, 0.0
         cs.refreshes += 1

@@ -105,6 +105,10 @@ class AgentMetrics:
         self.credential_refreshes = Counter("ce_k8s_credential_refreshes",
                                             "Secrets patched with a renewed proxy or token of a running pilot",
                                             registry=r)
+        self.api_warnings = Counter("ce_k8s_api_warnings",
+                                    "Warning headers of the API server's answers to pod and Secret writes, each "
+                                    "once per pod, by resource and kind (ce_k8s.agent.apiwarnings)",
+                                    ["resource", "kind"], registry=r)
         self.credential_failures = Counter("ce_k8s_credential_refresh_failures",
                                            "Failed credential refreshes (retried), by why: read, api, internal",
                                            ["why"], registry=r)
