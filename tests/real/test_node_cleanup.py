@@ -49,6 +49,14 @@ def namespaces() -> set[str]:
     return out
 
 
+def cgroup_of(pid: int, controller: str = "memory") -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path.rstrip("/") + "/"
+    return "/"
+
+
 def processes_naming(text: str) -> list[str]:
     out = []
     for entry in Path("/proc").iterdir():
@@ -135,6 +143,14 @@ def test_down_leaves_no_process_mount_cgroup_namespace_or_sysctl(tmp_path, origi
         assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
         assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
         assert realnode.mount_ns(node["pids"]["holder"]) not in before_ns
+        # Every process of the node (kubelet, containerd, shims in its mount namespace; the pod's
+        # containers below its cgroupRoot) stays inside the memory cgroup the bed was started in.
+        own = realnode.own_cgroup().rstrip("/") + "/"
+        holder_ns = realnode.mount_ns(node["pids"]["holder"])
+        pods = realnode.cgroup_pids(Path("/sys/fs/cgroup/memory") / node["cgroup_root"].strip("/"))
+        assert pods, "no container below the node's cgroupRoot"
+        for pid in {*realnode.pids_in_mount_ns(holder_ns), *pods}:
+            assert cgroup_of(pid).startswith(own), (pid, cgroup_of(pid), own)
     finally:
         env.down(progress=lambda m: None)
     assert_clean(before_ns, state, node["cgroup_root"], original_sysctls, before_paths)
