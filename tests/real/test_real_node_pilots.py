@@ -13,7 +13,7 @@ from pathlib import Path
 
 import classad2
 import pytest
-from agent.conftest import make_spool, routed_ad
+from agent.conftest import make_spool, routed_ad, text_of
 
 from ce_k8s import protocol
 from ce_k8s.condor import wire
@@ -129,3 +129,28 @@ def real_node_name(real_kube) -> str:
     names = real_kube.real_node_names()
     assert names
     return names[0]
+
+
+def test_the_factory_s_removal_of_a_running_pilot_is_sigterm_then_gone(bed, admin_core, pilot_namespace):
+    """condor_rm of a running pilot reaches the agent as the router's cleanup: the pod is deleted
+    with its grace period, the real kubelet sends SIGTERM, the glidein ends with 143, the pod is gone."""
+    from kubernetes import watch
+
+    agent, settings, _ = bed
+    ad = pilot(settings, pilot_namespace, "trap 'echo got-TERM >&2; exit 143' TERM; sleep 600 & wait", cluster=5156)
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running")
+    name = ad["K8sPodName"]
+    rv = admin_core.read_namespaced_pod(name, pilot_namespace).metadata.resource_version
+    status, _ = agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
+    assert status == protocol.STATUS_OK
+    seen: list[tuple[str, int | None]] = []
+    w = watch.Watch()
+    for event in w.stream(admin_core.list_namespaced_pod, pilot_namespace, field_selector=f"metadata.name={name}",
+                          resource_version=rv, timeout_seconds=60):
+        statuses = event["object"].status.container_statuses or []
+        term = statuses[0].state.terminated if statuses else None
+        seen.append((event["type"], term.exit_code if term is not None else None))
+        if event["type"] == "DELETED":
+            w.stop()
+    assert seen[-1][0] == "DELETED", seen
+    assert 143 in [code for _, code in seen], seen      # its own exit on SIGTERM, not a SIGKILL (137)
