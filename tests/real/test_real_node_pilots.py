@@ -154,3 +154,22 @@ def test_the_factory_s_removal_of_a_running_pilot_is_sigterm_then_gone(bed, admi
             w.stop()
     assert seen[-1][0] == "DELETED", seen
     assert 143 in [code for _, code in seen], seen      # its own exit on SIGTERM, not a SIGKILL (137)
+
+
+def test_a_renewed_proxy_reaches_the_file_the_running_pilot_reads(bed, pilot_namespace, admin_core):
+    """Credential refresh through the product on a real kubelet: the factory renews the proxy in the
+    CE's spool, the agent patches the pod's Secret on the next update, the kubelet updates the mounted
+    file, and the glidein (which reads it through the sandbox link in its scratch) sees the new one."""
+    agent, settings, _ = bed
+    script = ('last=; while :; do p=$(cat x509up); [ "$p" != "$last" ] && echo "proxy=$p"; last=$p; '
+              '[ "$p" = RENEWED ] && exit 0; sleep 0.5; done')
+    ad = pilot(settings, pilot_namespace, script, cluster=5157)
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running")
+    name = ad["K8sPodName"]
+    until(agent, ad, lambda a: "proxy=PROXY" in admin_core.read_namespaced_pod_log(name, pilot_namespace),
+          "the pilot reading its first proxy")
+    Path(ad["x509userproxy"]).write_text("RENEWED")          # the factory's renewal, in the CE's spool
+    until(agent, ad, lambda a: a.get("JobStatus") == 4, "the pilot seeing the renewed proxy", timeout=120)
+    assert ad["ExitCode"] == 0
+    out, err = finalize_output(agent, settings, ad)
+    assert (out + err).splitlines() == ["proxy=PROXY", "proxy=RENEWED"]
