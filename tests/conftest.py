@@ -3,6 +3,10 @@
 ``stock_ce`` / ``stock_ce_layout``: a private copy of a stock HTCondor-CE configuration
 (tests/fixtures/stock_ce/, described in its README.md), with its absolute paths pointed at the
 copy. The helper module is loaded by file path because tests/ is not a package.
+
+tests/ itself is on sys.path, so every test directory imports the shared test helpers at its top
+(``from polling import wait_for``, tests/polling.py). pytest's default import mode puts it there
+already, for this file; it is added here too so the import does not depend on that mode.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-_HELPER = Path(__file__).resolve().parent / "fixtures" / "stock_ce.py"
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+_HELPER = TESTS / "fixtures" / "stock_ce.py"
 _NAME = "ce_k8s_tests_stock_ce"
 
 

@@ -9,9 +9,8 @@ and restart, evictions) cost no duplicate pod, no lost pilot and no leaked Secre
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from polling import wait_for
 
 from ce_k8s.holds import HOLDS
 from ce_k8s.sim.pilots import make_pilot
@@ -22,13 +21,12 @@ pytestmark = pytest.mark.slow
 FAST = {"time_scale": 0.02, "max_running_hooks": 16}
 
 
-def _wait(bed: TestBed, predicate, timeout: float = 40.0, poll: float = 0.3) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _tick_until(bed: TestBed, predicate, what: str, timeout: float = 40.0, poll: float = 0.3):
+    """Tick the bed (a router poll, then `poll` seconds of hook results) until `predicate()`."""
+    def step():
         bed.tick(poll)
-        if predicate():
-            return True
-    return False
+        return predicate()
+    return wait_for(step, timeout=timeout, interval=0, what=what)
 
 
 def test_pilot_completes_with_exit_code_and_returned_output():
@@ -52,10 +50,11 @@ def test_factory_condor_rm_deletes_pod_and_secret():
     """hook-protocol.md §3.1: source removed -> routed job removed -> cleanup hook deletes the pod and Secret."""
     with TestBed(**FAST) as bed:
         (job,) = bed.submit([make_pilot(0, "cpu8", run_s=10_000)])
-        assert _wait(bed, lambda: bed.schedd.get(job).eval("JobStatus") == 2), "pilot never ran"
+        _tick_until(bed, lambda: bed.schedd.get(job).eval("JobStatus") == 2, "the pilot to run")
         assert bed.pods_left() == 1 and bed.secrets_left() == 1
         bed.router.condor_rm(job)
-        assert _wait(bed, lambda: bed.pods_left() == 0 and bed.secrets_left() == 0, timeout=30)
+        _tick_until(bed, lambda: bed.pods_left() == 0 and bed.secrets_left() == 0, "the pod and Secret deleted",
+                    timeout=30)
         assert bed.schedd.get(job) is None, "the removed source job left the queue once yielded"
 
 

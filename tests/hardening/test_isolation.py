@@ -22,6 +22,7 @@ from pathlib import Path
 import classad2
 import pytest
 from kubernetes import config as kconfig
+from polling import wait_for
 
 from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.sourceprobe import GONE, FixedProbe
@@ -76,16 +77,6 @@ def routed_ad(spool: Path, cluster: int, owner: str, gjid: str, attempt: int = 0
         if v is not None:
             ad[k] = v
     return ad
-
-
-def wait_for(predicate, timeout=8.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 class World:

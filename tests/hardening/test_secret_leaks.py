@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from ce_k8s.sim.router_testbed import TestBed
 
@@ -40,13 +41,13 @@ class MarkedBed(TestBed):
         self.socket.unlink(missing_ok=True)
         self._log = open(log_path, "ab")  # closed in stop_agent
         self.agent = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        import time
 
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
+        def started() -> bool:
+            if self.socket.exists():
+                return True
             assert self.agent.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "agent did not start"
-            time.sleep(0.05)
+            return False
+        wait_for(started, timeout=30, interval=0.05, what="the agent to start (its socket)")
 
     def stop_agent(self, sig: int = 15) -> None:
         super().stop_agent(sig)

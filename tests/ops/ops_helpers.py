@@ -16,12 +16,12 @@ import io
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import classad2
 from kubernetes import config as kconfig
+from polling import wait_for
 
 from ce_k8s import cli
 from ce_k8s.agent.agent import Agent
@@ -116,14 +116,20 @@ class CEHost:
                until: str | None = "Running") -> classad2.ClassAd:
         """Route a pilot to the agent and poll it (as the router would) until its pod is in `until`."""
         self.ads[cluster] = self.routed_ad(cluster, image, route, owner)
-        deadline = time.monotonic() + 10
-        while True:
-            ad = self.update(cluster)
-            if until is None or ad.get("K8sPodPhase") == until:
-                return ad
-            if time.monotonic() > deadline:
-                raise AssertionError(f"pilot {cluster} did not reach {until}: {ad.get('K8sPodPhase')}")
-            time.sleep(0.05)
+        if until is None:
+            return self.update(cluster)
+        return self.update_until(cluster, lambda ad: ad.get("K8sPodPhase") == until,
+                                 f"pilot {cluster} to reach {until}")
+
+    def update_until(self, cluster: int, predicate, what: str, timeout: float = 10.0) -> classad2.ClassAd:
+        """Poll the pilot (as the router would) until its routed ad satisfies `predicate`; a timeout
+        shows the pod's phase and the job's status as they stand."""
+        def step() -> bool:
+            return predicate(self.update(cluster))
+        ad = self.ads[cluster]
+        wait_for(step, timeout=timeout, interval=0.05, what=what,
+                 on_timeout=lambda: f"its pod phase: {ad.get('K8sPodPhase')}, JobStatus: {ad.get('JobStatus')}")
+        return ad
 
     def pod(self, cluster: int, attempt: int = 0) -> dict | None:
         try:

@@ -18,7 +18,6 @@ import io
 import os
 import re
 import shlex
-import time
 
 import pytest
 from ops_helpers import REPO, ce_host
@@ -61,11 +60,8 @@ def scenario(host) -> None:
     """A running pilot (on wn-1) and an OOM-killed, held one, as a CE would have them."""
     host.submit(1234567, route="Pilots", owner="cmspilot")
     held = host.submit(1234568, image="pilot:oom", route="CMS_Pilots", owner="uscms01", until=None)
-    deadline = time.monotonic() + 10
-    while held.get("JobStatus") != 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-        held = host.update(1234568)
+    if held.get("JobStatus") != 5:
+        host.update_until(1234568, lambda ad: ad.get("JobStatus") == 5, "the OOM-killed pilot held")
 
 
 def doc_paths(host) -> list[tuple[str, str]]:

@@ -84,10 +84,7 @@ def test_reclaim_lets_short_pilots_finish_evicts_the_rest_and_the_agent_reports_
         assert "evicted" in ad.get("K8sPodReason")
     # ... and their next pods run elsewhere, never on the reclaimed node
     for cluster in (1, 2):
-        deadline = time.monotonic() + 10
-        while host.update(cluster).get("K8sPodPhase") != "Running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        host.update_until(cluster, lambda ad: ad.get("K8sPodPhase") == "Running", f"pilot {cluster}'s next pod running")
         assert host.ads[cluster].get("K8sNodeName") == "cpu-2"
 
 

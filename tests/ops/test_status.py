@@ -30,12 +30,7 @@ def test_status_lists_running_and_held_pilots_with_what_the_agent_reports(host):
     ran = host.submit(100, image="pilot:forever", route="Pilots")
     held = host.submit(7, image="pilot:oom", route="CMS_Pilots", owner="uscms01",
                        until=None)
-    deadline = 50
-    while held.get("JobStatus") != 5 and deadline:
-        time.sleep(0.1)
-        held = host.update(7)
-        deadline -= 1
-    assert held.get("JobStatus") == 5, "an OOM-killed pilot is held (docs/holds.md)"
+    held = host.update_until(7, lambda ad: ad.get("JobStatus") == 5, "an OOM-killed pilot held (docs/holds.md)")
 
     doc = _pilots(host, "--source", "api")
     rows = doc["pilots"]

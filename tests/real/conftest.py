@@ -13,9 +13,9 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
+import polling
 import pytest
 
 from ce_k8s.real.kube import RealKube
@@ -63,15 +63,10 @@ def agent_client(real_kube):
     api.close()
 
 
-def wait_for(predicate, timeout: float = 60.0, poll: float = 0.2, what: str = ""):
-    """Poll `predicate` until it returns something true; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+def wait_for(predicate, timeout: float = 60.0, poll: float = 0.2, what: str = "", on_timeout=None):
+    """The suite's poll-until (tests/polling.py) at a real bed's pace: a real API server, not an
+    in-process emulator, answers each poll. Kept under this signature for this directory's ~100 waits."""
+    return polling.wait_for(predicate, timeout=timeout, interval=poll, what=what, on_timeout=on_timeout)
 
 
 @pytest.fixture

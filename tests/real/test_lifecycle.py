@@ -49,14 +49,12 @@ def pilot(settings, namespace: str, cluster: int = 4711, annotations: dict[str, 
 
 
 def until(agent, ad, predicate, what: str, timeout: float = 60.0):
-    """Poll the agent as the router does until the routed job satisfies `predicate`."""
+    """Poll the agent as the router does until the routed job satisfies `predicate`; a timeout shows
+    the routed job as it stands."""
     def step():
         update(agent, ad)
         return predicate(ad)
-    try:
-        wait_for(step, timeout=timeout, poll=0.3, what=what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; the routed job now: {dict(ad)}") from None
+    wait_for(step, timeout=timeout, poll=0.3, what=what, on_timeout=lambda: f"the routed job now: {dict(ad)}")
     return ad
 
 

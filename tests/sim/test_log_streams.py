@@ -16,7 +16,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiException
+from polling import wait_for
 
 from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.podinfo import PodInfo
@@ -248,10 +248,13 @@ def test_serve_split_logs_end_to_end(tmp_path: Path, pod_body):
         assert proc.stdout.readline().startswith("ready ")
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(kcfg)))
         core.create_namespaced_pod("default", pod_body("p1", scenario=SCENARIO))
-        deadline = time.monotonic() + 10
-        while core.read_namespaced_pod("p1", "default").status.phase != "Succeeded":
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+
+        def succeeded() -> bool:
+            if core.read_namespaced_pod("p1", "default").status.phase == "Succeeded":
+                return True
+            assert proc.poll() is None, f"the emulator exited: {proc.stderr.read()}"
+            return False
+        wait_for(succeeded, timeout=10, interval=0.05, what="pod p1 Succeeded")
         assert core.read_namespaced_pod_log("p1", "default", stream="Stderr").encode() == ERR
     finally:
         proc.terminate()
