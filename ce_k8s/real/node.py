@@ -189,8 +189,9 @@ def pids_in_mount_ns(ns: str) -> list[int]:
 # ------------------------------------------------------------------ configuration files
 def containerd_config(runtime: noderuntime.NodeRuntime, d: Path) -> str:
     """containerd 2.x (config version 3): everything under the node's directory or /run (a private
-    tmpfs), runc from Debian 12, registries dead, OOM scores never lowered, plugins that would
-    reach outside (NRI, tracing, the image verifier) off."""
+    tmpfs), runc the one built from the module proxy (1.3: idmapped mounts, so the CRI reports
+    user-namespace support), registries dead, OOM scores never lowered, plugins that would reach
+    outside (NRI, tracing, the image verifier) off."""
     return f"""version = 3
 root = '{d}/containerd/root'
 state = '/run/containerd'

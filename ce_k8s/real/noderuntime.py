@@ -2,9 +2,15 @@
 
 The real-Kubernetes bed's real nodes (:mod:`ce_k8s.real.node`) run the kubelet built with the
 control plane (:mod:`ce_k8s.real.kubebuild`) on **containerd 2.1.9** and the **CNI plugins 1.9.1**
-from Debian sid and **runc 1.1.5** from Debian 12 (sid's runc needs a newer glibc than this base
-has). The `.deb` files come from Debian's own archive through a private apt directory (the host's
-apt state is not touched) and are unpacked with `dpkg-deb -x`, never installed.
+from Debian sid. The `.deb` files come from Debian's own archive through a private apt directory
+(the host's apt state is not touched) and are unpacked with `dpkg-deb -x`, never installed.
+
+**runc 1.3.7** is built here from the Go module proxy (:func:`build_runc`): Debian 12's runc 1.1.5
+has no idmapped mounts, so containerd reports no user-namespace support and the kubelet refuses a
+pod with `hostUsers: false`; sid's and trixie's runc need glibc 2.38 (this base has 2.36). runc
+needs cgo (nsenter) and, for seccomp, `libseccomp-dev`: **the build installs `libseccomp-dev`
+with apt when its header is missing** (the one change to the host's packages). At run time runc
+needs only glibc and `libseccomp.so.2` (`libseccomp2`, on the base already).
 
 There is no container registry here, so the two images a pod needs are built as OCI archives:
 
@@ -19,6 +25,7 @@ only fail. Nothing is committed; the cache is `/var/cache/ce-k8s/node`.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import io
@@ -37,9 +44,13 @@ CACHE = Path(os.environ.get("CE_K8S_REAL_NODE_CACHE", "/var/cache/ce-k8s/node"))
 PACKAGES = {
     "containerd": ("sid", "2.1.9+ds1-5"),
     "containernetworking-plugins": ("sid", "1.9.1+ds1-1"),
-    "runc": ("bookworm", "1.1.5+ds1-1+deb12u1"),
     "busybox-static": ("bookworm", "1:1.35.0-4+deb12u1+b1"),
 }
+# runc from the Go module proxy: the newest v1.3.x it serves (go list -m -versions, 2026-11-28;
+# containerd 2.1 is released against runc 1.3). Built with cgo and seccomp, as its Makefile does.
+RUNC = "v1.3.7"
+RUNC_MODULE = "github.com/opencontainers/runc"
+RUNC_TAGS = "seccomp urfave_cli_no_docs"
 IMAGE_REGISTRY = "ce-k8s.invalid"
 BUSYBOX_IMAGE = f"{IMAGE_REGISTRY}/busybox:1.35"
 PAUSE_IMAGE = f"{IMAGE_REGISTRY}/pause:3.10.2"
@@ -73,6 +84,7 @@ class NodeRuntime:
 
     @property
     def runc(self) -> Path:
+        """The runc built by :func:`build_runc`, where a runc .deb would put it (containerd's PATH)."""
         return self.root / "usr" / "sbin" / "runc"
 
     @property
@@ -233,25 +245,78 @@ def build_pause(kube_version: str, out: Path) -> str:
     return digest
 
 
+# ------------------------------------------------------------------ runc
+def ensure_libseccomp_dev(progress: Callable[[str], None]) -> None:
+    """runc's seccomp (libseccomp-golang, cgo) compiles against libseccomp's header: install
+    Debian's `libseccomp-dev` when it is missing (apt-get update first if the lists are stale)."""
+    if Path("/usr/include/seccomp.h").exists():
+        return
+    progress("apt-get install libseccomp-dev (runc's seccomp needs its header)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "libseccomp-dev"]
+    if subprocess.run(install, capture_output=True, text=True, check=False, timeout=900, env=env).returncode != 0:
+        _run(["apt-get", "update", "-qq"], "apt-get update", env=env)
+        _run(install, "apt-get install libseccomp-dev", env=env)
+    if not Path("/usr/include/seccomp.h").exists():
+        raise NodeBuildError("libseccomp-dev is installed but /usr/include/seccomp.h is missing")
+
+
+def build_runc(out: Path, workdir: Path, progress: Callable[[str], None]) -> None:
+    """runc `RUNC` built from the module proxy in a wrapper module (`workdir`), with cgo and the
+    Makefile's build tags; the version is the module's embedded VERSION, the commit field names
+    the module version (the proxy gives no commit)."""
+    if shutil.which("go") is None:
+        raise NodeBuildError("no `go` on PATH: runc is built with Go")
+    ensure_libseccomp_dev(progress)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if not (workdir / "go.mod").exists():
+        (workdir / "go.mod").write_text("module cek8s.local/runcbin\n\ngo 1.26.0\n")
+    env = {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "CGO_ENABLED": "1", "GOTOOLCHAIN": "local"}
+    progress(f"go get {RUNC_MODULE}@{RUNC}")
+    _run(["go", "get", f"{RUNC_MODULE}@{RUNC}"], f"go get {RUNC_MODULE}@{RUNC}", cwd=workdir, env=env)
+    progress(f"go build {RUNC_MODULE} (cgo, tags {RUNC_TAGS})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run(["go", "build", "-trimpath", "-tags", RUNC_TAGS,
+          "-ldflags", f"-s -w -X main.gitCommit={RUNC}-goproxy", "-o", str(out), RUNC_MODULE],
+         f"go build {RUNC_MODULE}@{RUNC}", cwd=workdir, env=env)
+    said = _run([str(out), "--version"], "runc --version").stdout
+    if f"runc version {RUNC.lstrip('v')}" not in said or "libseccomp: " not in said:
+        raise NodeBuildError(f"the runc built from {RUNC_MODULE}@{RUNC} says {said!r}: not that version with seccomp")
+
+
 def build(kube_version: str, cache: Path = CACHE, progress: Callable[[str], None] = print) -> NodeRuntime:
-    """Fetch (or find) the runtime and build (or find) the images; a warm call costs a stat."""
-    key = "-".join(v.split(":")[-1] for _, v in PACKAGES.values())
+    """Fetch (or find) the runtime, build runc and the images (or find them); a warm call costs a stat."""
+    key = "-".join([*(v.split(":")[-1] for _, v in PACKAGES.values()), f"runc-{RUNC}"])
     base = cache / f"{kube_version}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     runtime = NodeRuntime(base / "root")
     if (base / STAMP).exists():
         return runtime
+    # Beds of several sessions start at once on this machine: one builds, the others wait for it.
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{base.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (base / STAMP).exists():
+            return runtime
+        return _build_locked(kube_version, base, runtime, progress)
+
+
+def _build_locked(kube_version: str, base: Path, runtime: NodeRuntime, progress: Callable[[str], None]) -> NodeRuntime:
     started = time.monotonic()
     if base.exists():
         shutil.rmtree(base)
     (base / "images").mkdir(parents=True)
     fetch_packages(runtime.root, progress)
-    for path in (runtime.containerd, runtime.shim, runtime.ctr, runtime.runc, runtime.cni_bin / "bridge"):
+    for path in (runtime.containerd, runtime.shim, runtime.ctr, runtime.cni_bin / "bridge"):
         if not path.exists():
             raise NodeBuildError(f"{path} is not in the unpacked packages: the package layout changed")
+    runc_started = time.monotonic()
+    build_runc(runtime.runc, base / "runc-module", progress)
+    runc_seconds = round(time.monotonic() - runc_started, 1)
     progress("building the images (busybox, pause) as OCI archives")
     build_busybox(runtime.root, runtime.images[BUSYBOX_IMAGE])
     build_pause(kube_version, runtime.images[PAUSE_IMAGE])
-    (base / STAMP).write_text(json.dumps({"packages": PACKAGES, "kubernetes": kube_version,
+    (base / STAMP).write_text(json.dumps({"packages": PACKAGES, "runc": RUNC, "kubernetes": kube_version,
+                                          "runc_seconds": runc_seconds,
                                           "seconds": round(time.monotonic() - started, 1)}) + "\n")
     progress(f"node runtime ready in {time.monotonic() - started:.1f} s: {base}")
     return runtime
