@@ -217,6 +217,14 @@ def test_a_missing_secret_volume_keeps_the_pod_in_container_creating(admin_core,
     event = wait_for(failed_mount, 60, what="a FailedMount event")[0]
     assert 'secret "absent-sandbox" not found' in event.message
     assert admin_core.read_namespaced_pod(name, pilot_namespace).status.phase == "Pending"
+    # pods/log of the waiting container: 400 in the real kubelet's words, the words the stub uses
+    # for the kwok nodes (ce_k8s.real.kubeletstub).
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        log(admin_core, pilot_namespace, name)
+    assert refused.value.status == 400
+    assert f'container \\"main\\" in pod \\"{name}\\" is waiting to start: ContainerCreating' in refused.value.body
 
 
 def test_a_refreshed_secret_reaches_the_file_the_running_pilot_reads(admin_core, pilot_namespace, real_node):
