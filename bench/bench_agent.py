@@ -342,12 +342,7 @@ class WarmAgent:
         status = "no answer"
         while time.monotonic() < deadline:
             try:
-                reply = protocol.call(self.socket, protocol.VERB_UPDATE, self.ads[0], time.monotonic() + 10)
-                try:
-                    reply.read_all()
-                finally:
-                    reply.close()
-                status = reply.status
+                status = protocol.ask(self.socket, protocol.VERB_UPDATE, self.ads[0], 10).status
                 if status == protocol.STATUS_OK:
                     return
             except (OSError, protocol.ProtocolError) as exc:
@@ -369,14 +364,11 @@ def agent_rounds(warm: WarmAgent, rounds: int) -> dict[str, float]:
         samples = []
         for payload in warm.ads:
             t0 = time.perf_counter()
-            reply = protocol.call(warm.socket, protocol.VERB_UPDATE, payload, time.monotonic() + 10)
-            try:
-                parts = reply.read_all()
-            finally:
-                reply.close()
+            answer = protocol.ask(warm.socket, protocol.VERB_UPDATE, payload, 10)
             samples.append(time.perf_counter() - t0)
-            if reply.status != protocol.STATUS_OK:
-                raise BenchError(f"agent answered {reply.status}: {parts[:1]}")
+            parts = answer.parts
+            if answer.status != protocol.STATUS_OK:
+                raise BenchError(f"agent answered {answer.status}: {parts[:1]}")
             if r == rounds - 1 and parts[0]:
                 nonempty += 1
         per_round.append(samples)

@@ -64,11 +64,7 @@ def agent_update_cpu(warm, count: int) -> float:
     ads = warm.ads[:count]
     cpu0 = proc_cpu_s(warm.agent_pid)
     for payload in ads:
-        reply = protocol.call(warm.socket, protocol.VERB_UPDATE, payload, time.monotonic() + 10)
-        try:
-            reply.read_all()
-        finally:
-            reply.close()
+        protocol.ask(warm.socket, protocol.VERB_UPDATE, payload, 10)
     return (proc_cpu_s(warm.agent_pid) - cpu0) / len(ads)
 
 

@@ -16,6 +16,9 @@ Wire format (one request and one reply per connection; the client half-closes af
 
 `status` is one of the STATUS_* names below. Each verb has a fixed number of reply parts (see
 `docs/agent.md`). For every status other than `ok` the only part is a one-line message.
+
+Every client of the agent talks to it through `ask` (one request, the whole reply read) or, to
+stream a large reply (the finalize hook's pod logs), `call`; no client connects by itself.
 """
 
 import posix
@@ -256,8 +259,29 @@ class Reply:
     def read_all(self) -> list[bytes]:
         return [self.read_part(i) for i in range(len(self.lengths))]
 
+    def message(self) -> str:
+        """Part 0 as text ("" if the reply has none): for every status but `ok`, the agent's
+        one-line message. Reads the part, so only for a reply whose parts are not wanted otherwise."""
+        return self.read_part(0).decode("utf-8", "replace") if self.lengths else ""
+
     def close(self) -> None:
         self._sock.close()
+
+
+class Answer:
+    """A whole agent reply, read and its connection closed (`ask`): `status` and every part."""
+
+    __slots__ = ("parts", "status")
+
+    def __init__(self, status: str, parts: list[bytes]):
+        self.status = status
+        self.parts = parts
+
+    def message(self) -> str:
+        """Part 0 as text ("" if the reply has none): for every status but `ok`, the agent's
+        one-line message (`Reply.message` for a streaming client). Not stripped: each client
+        words and trims it as it always has."""
+        return self.parts[0].decode("utf-8", "replace") if self.parts else ""
 
 
 def call(path: str, verb: str, payload: bytes, deadline: float) -> Reply:
@@ -290,3 +314,21 @@ def call(path: str, verb: str, payload: bytes, deadline: float) -> Reply:
     except BaseException:
         sock.close()
         raise
+
+
+def ask(path: str, verb: str, payload: bytes, timeout: float) -> Answer:
+    """One whole request to the agent: `call`, every part read, the connection closed, all
+    within `timeout` seconds from now. The one agent call of every client that keeps the whole
+    reply (the update and cleanup hooks, `ce-k8s status`, `doctor`, `info`, the real-HTCondor
+    bed); the finalize hook alone uses `call`, to stream the pod logs into the spool.
+
+    Raises OSError (socket missing, refused, timed out) or ProtocolError (an unknown verb, a
+    malformed reply, the deadline passed), the exception `call` and `Reply` raise, unchanged, so
+    each client's message (`str(exc)`, or the type's name when that is empty) stays as it was.
+    A status other than `ok` is no exception: each client decides what it means.
+    """
+    reply = call(path, verb, payload, time.monotonic() + timeout)
+    try:
+        return Answer(reply.status, reply.read_all())
+    finally:
+        reply.close()

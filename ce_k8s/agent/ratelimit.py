@@ -58,6 +58,22 @@ class TokenBucket:
 
 
 def backoff(failures: int, base: float = 0.5, cap: float = 60.0) -> float:
-    """Exponential back-off with full jitter after `failures` consecutive failures (≥ 1)."""
+    """Exponential back-off with *equal* jitter after `failures` consecutive failures (≥ 1).
+
+    The ceiling is `t = min(cap, base * 2**(failures - 1))`; the wait is `t/2 + uniform(0, t/2)`,
+    so never below half the ceiling ("equal jitter" in the AWS architecture blog's "Exponential
+    Backoff And Jitter"; "full jitter" would be `uniform(0, t)`). Why a floor rather than full
+    jitter's spread down to zero: every caller relies on a minimum spacing of its retries.
+
+    * `agent.py` gives up saving a finished pod's log after `OUTPUT_TRIES` (5) failures and reports
+      the completion without output: the floor guarantees the five tries span at least 7.5 s
+      (0.5 + 1 + 2 + 4) of an API outage, where full jitter could spend them all at once.
+    * `creator.py` retries a create refused with 429, quota or 5xx, `cache.py` relists after a
+      failed watch, `credentials.py` re-patches a Secret: a retry at ~0 s would come straight back
+      into the throttling or failure it follows. Jobs that failed together still spread their
+      retries over [t/2, t].
+    * docs/reliability.md's figures and docs/performance.md's relist times after an API server
+      restart (`real_agent_relist_410_s`, which includes this back-off) were measured with it.
+    """
     ceiling = min(cap, base * (2 ** min(max(failures - 1, 0), 16)))
     return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto

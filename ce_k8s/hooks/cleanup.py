@@ -9,7 +9,6 @@ is there for another backend's job (its `GridResource` does not start with the w
 """
 
 import sys
-import time
 
 from ce_k8s import protocol
 from ce_k8s.hooks._common import ad_grid_resource, arm_deadline, grid_resource_matches, log, read_stdin, scan_attrs
@@ -28,18 +27,13 @@ def main() -> int:
     if "k8spodname" not in scan_attrs(data.decode("utf-8", "replace"), frozenset({"k8spodname"})):
         return 0
     try:
-        reply = protocol.call(path, protocol.VERB_CLEANUP, data, time.monotonic() + timeout)
-        try:
-            parts = reply.read_all()
-        finally:
-            reply.close()
+        answer = protocol.ask(path, protocol.VERB_CLEANUP, data, timeout)
     except (OSError, protocol.ProtocolError) as exc:
         log(f"agent at {path} unreachable: {exc}; cleanup will be retried")
         return EXIT_RETRY
-    if reply.status in (protocol.STATUS_OK, protocol.STATUS_NOTFOUND):
+    if answer.status in (protocol.STATUS_OK, protocol.STATUS_NOTFOUND):
         return 0
-    message = parts[0].decode("utf-8", "replace") if parts else ""
-    log(f"agent answered {reply.status}: {message}; cleanup will be retried")
+    log(f"agent answered {answer.status}: {answer.message()}; cleanup will be retried")
     return EXIT_RETRY
 
 

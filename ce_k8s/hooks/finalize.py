@@ -170,7 +170,9 @@ def _split(text: str) -> tuple[str, str] | None:
 
 def call_with_retries(path: str, payload: bytes, deadline: float, job: str) -> protocol.Reply | None:
     """The agent's `logs` reply, retrying unreachable/busy/error answers until `deadline`; None if
-    it never answered usefully. The last ~10% of the time (at most 1 s) is kept for the transfer."""
+    it never answered usefully. The last ~10% of the time (at most 1 s) is kept for the transfer.
+    `protocol.call`, not `protocol.ask` as the other hooks: the reply's parts are the pod's logs,
+    streamed into the spool files rather than held in memory."""
     reserve = min(1.0, (deadline - time.monotonic()) * 0.1)
     delay = FIRST_DELAY
     attempt = 0
@@ -184,7 +186,7 @@ def call_with_retries(path: str, payload: bytes, deadline: float, job: str) -> p
         else:
             if reply.status not in _RETRY_STATUSES:
                 return reply
-            message = reply.read_part(0).decode("utf-8", "replace") if reply.lengths else ""
+            message = reply.message()
             reply.close()
             problem = f"answered {reply.status}: {message}"
         if time.monotonic() + delay >= deadline - reserve:
@@ -273,8 +275,7 @@ def finalize(data: bytes, path: str, timeout: float) -> None:
         return
     try:
         if reply.status != protocol.STATUS_OK or len(reply.lengths) != 3:
-            message = reply.read_part(0).decode("utf-8", "replace") if reply.lengths else ""
-            log(f"job {job}: agent answered {reply.status}: {message}; pod output not returned")
+            log(f"job {job}: agent answered {reply.status}: {reply.message()}; pod output not returned")
             if reply.status == protocol.STATUS_NOTFOUND:
                 _note_missing(iwd, out_name, err_name, None, "neither the pod nor a saved copy of its log exists",
                               job)

@@ -14,7 +14,6 @@ watch cache. Exit codes are chosen so every failure has the mildest consequence:
 """
 
 import sys
-import time
 
 from ce_k8s import protocol
 from ce_k8s.hooks._common import ad_grid_resource, arm_deadline, grid_resource_matches, log, read_stdin, write_stdout
@@ -78,22 +77,17 @@ def main() -> int:
     if not grid_resource_matches(ad_grid_resource(data), protocol.hook_grid_resource()):
         return 0
     try:
-        reply = protocol.call(path, protocol.VERB_UPDATE, data, time.monotonic() + timeout)
-        try:
-            parts = reply.read_all()
-        finally:
-            reply.close()
+        answer = protocol.ask(path, protocol.VERB_UPDATE, data, timeout)
     except (OSError, protocol.ProtocolError) as exc:
         log(f"agent at {path} unreachable: {exc}; no sync this cycle")
         return EXIT_NO_SYNC
-    if reply.status != protocol.STATUS_OK or len(parts) != 1:
-        message = parts[0].decode("utf-8", "replace") if parts else ""
-        log(f"agent answered {reply.status}: {message}; no sync this cycle")
+    if answer.status != protocol.STATUS_OK or len(answer.parts) != 1:
+        log(f"agent answered {answer.status}: {answer.message()}; no sync this cycle")
         return EXIT_NO_SYNC
-    if not safe_output(parts[0]):
+    if not safe_output(answer.parts[0]):
         log("agent reply failed the output check; no sync this cycle")
         return EXIT_NO_SYNC
-    write_stdout(parts[0])
+    write_stdout(answer.parts[0])
     return 0
 
 

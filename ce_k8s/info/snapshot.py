@@ -396,17 +396,13 @@ def _agent_call(socket_path: str, verb: str, timeout: float) -> list[bytes]:
 
     source = f"agent {socket_path}"
     try:
-        reply = protocol.call(socket_path, verb, b"", time.monotonic() + timeout)
-        try:
-            parts = reply.read_all()
-        finally:
-            reply.close()
+        answer = protocol.ask(socket_path, verb, b"", timeout)
     except (OSError, protocol.ProtocolError) as exc:
         raise SourceUnavailable(source, _short(exc)) from None
-    if reply.status != protocol.STATUS_OK:
-        detail = _short(parts[0].decode("utf-8", "replace")) if parts else ""
-        raise SourceUnavailable(source, f"agent answered {reply.status}" + (f": {detail}" if detail else ""))
-    return parts
+    if answer.status != protocol.STATUS_OK:
+        detail = _short(answer.message()) if answer.parts else ""
+        raise SourceUnavailable(source, f"agent answered {answer.status}" + (f": {detail}" if detail else ""))
+    return answer.parts
 
 
 def agent_offers_snapshots() -> bool:

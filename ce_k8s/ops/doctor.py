@@ -362,21 +362,17 @@ def check_agent(ctx: Context) -> None:
         ctx.add(FAIL, "agent", f"{path} is not a socket", f"remove it and {start}")
         return
     try:
-        reply = protocol.call(path, protocol.VERB_PING, b"", time.monotonic() + ctx.timeout)
-        try:
-            parts = reply.read_all()
-        finally:
-            reply.close()
+        answer = protocol.ask(path, protocol.VERB_PING, b"", ctx.timeout)
     except (OSError, protocol.ProtocolError) as exc:
         ctx.add(FAIL, "agent", f"{path}: no answer to ping: {short(exc)}", start)
         return
-    text = parts[0].decode("utf-8", "replace").strip() if parts else ""
-    if reply.status == protocol.STATUS_BUSY:
+    text = answer.message().strip()
+    if answer.status == protocol.STATUS_BUSY:
         ctx.add(WARN, "agent", f"{path}: agent is busy ({text})", "wait for its first LIST; if it stays busy, "
                 "check the API and the agent's log")
         return
-    if reply.status != protocol.STATUS_OK:
-        ctx.add(FAIL, "agent", f"{path}: agent answered {reply.status}: {text}", "read the agent's log")
+    if answer.status != protocol.STATUS_OK:
+        ctx.add(FAIL, "agent", f"{path}: agent answered {answer.status}: {text}", "read the agent's log")
         return
     parent = os.path.dirname(path) or "."
     if not st.st_mode & stat.S_IWOTH or not os.stat(parent).st_mode & stat.S_IXOTH:

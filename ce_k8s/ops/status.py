@@ -203,16 +203,13 @@ def rows_from_agent(socket_path: str, timeout: float = AGENT_TIMEOUT) -> list[Pi
     verb = getattr(protocol, "VERB_LIST", "list")
     now = time.time()
     try:
-        reply = protocol.call(socket_path, verb, b"", time.monotonic() + timeout)
-        try:
-            parts = reply.read_all()
-        finally:
-            reply.close()
+        answer = protocol.ask(socket_path, verb, b"", timeout)
     except (OSError, protocol.ProtocolError) as exc:
         raise StatusError(f"agent {socket_path}: {short(exc)}") from None
-    if reply.status != protocol.STATUS_OK:
-        detail = parts[0].decode("utf-8", "replace").strip() if parts else ""
-        raise StatusError(f"agent {socket_path} answered {reply.status}" + (f": {short(detail)}" if detail else ""))
+    if answer.status != protocol.STATUS_OK:
+        detail = answer.message().strip()
+        raise StatusError(f"agent {socket_path} answered {answer.status}" + (f": {short(detail)}" if detail else ""))
+    parts = answer.parts
     try:
         doc = json.loads(parts[0]) if parts else None
     except (ValueError, UnicodeDecodeError) as exc:

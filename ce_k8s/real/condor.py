@@ -938,10 +938,7 @@ class RealCondor:
                 need.discard("job router")
             if "agent" in need:
                 with contextlib.suppress(OSError, protocol.ProtocolError):
-                    reply = protocol.call(str(self.socket), protocol.VERB_PING, b"", time.monotonic() + 2)
-                    reply.read_all()
-                    reply.close()
-                    if reply.status == protocol.STATUS_OK:
+                    if protocol.ask(str(self.socket), protocol.VERB_PING, b"", 2).status == protocol.STATUS_OK:
                         need.discard("agent")
             if need:
                 time.sleep(0.5)
