@@ -77,8 +77,8 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s.agent.corecalls import CoreCalls
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.podinfo import PodInfo
-from ce_k8s.agent.quantity import quantity
 from ce_k8s.hooks._common import unquote
+from ce_k8s.quantity import quantity_float
 
 log = logging.getLogger(__name__)
 
@@ -658,7 +658,7 @@ class UsageCollector:
                 meta = item.get("metadata") or {}
                 labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
                 raw = labels.get(SCALING_KEY) or notes.get(SCALING_KEY)
-                scaling = quantity(raw) if raw is not None else None
+                scaling = quantity_float(raw)
                 if scaling is not None and not (math.isfinite(scaling) and scaling > 0):
                     scaling = None
                 self._nodes[str(meta.get("name") or "")] = (scaling, parse_specs(str(notes.get(SPECS_KEY) or "")))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ce_k8s.agent.podschema import Container, Metadata, Pod, Spec, Status, pod_of
-from ce_k8s.agent.quantity import quantity
+from ce_k8s.quantity import quantity_float
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CE = "ce-k8s.htcondor.org/ce"
@@ -249,8 +249,8 @@ def _request_sum(containers: Sequence[Container], resource: str) -> float:
 
 @functools.lru_cache(maxsize=1024)
 def _quantity(value: str | float | None) -> float | None:
-    """`quantity`, remembered: a CE's pods request a handful of distinct amounts."""
-    return quantity(value)
+    """`quantity_float`, remembered: a CE's pods request a handful of distinct amounts."""
+    return quantity_float(value)
 
 
 def _int(value: object) -> int:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ce_k8s.agent.quantity import quantity
+from ce_k8s.quantity import QuantityError, int_value, parse_quantity
 
 #: Submit commands the spec itself decides; `spec.submit` may not set them (nor `+HTCJob*`).
 RESERVED_SUBMIT_KEYS = frozenset({
@@ -96,13 +96,20 @@ def _int(value: Any, where: str, default: int, lo: int, hi: int | None = None) -
 
 
 def _size(value: Any, where: str, unit: int) -> int | None:
-    """A positive quantity in `unit` bytes, rounded up (HTCondor's request_memory is MiB, disk KiB)."""
+    """A positive quantity in `unit` bytes, rounded up (HTCondor's request_memory is MiB, disk KiB).
+
+    Read as the CRD's rule reads it (``isQuantity(self)``: ParseQuantity, so no white space).
+    """
     if value is None:
         return None
-    amount = quantity(value) if isinstance(value, str) else None
+    why = ""
+    try:
+        amount = parse_quantity(value) if isinstance(value, str) else None
+    except QuantityError as exc:
+        amount, why = None, f"; {exc.reason}"
     if amount is None or amount <= 0:
-        raise SpecError(f"{where} must be a positive quantity such as 2Gi (got {value!r})")
-    return max(1, -(-int(amount) // unit))
+        raise SpecError(f"{where} must be a positive quantity such as 2Gi (got {value!r}{why})")
+    return max(1, -(-int_value(amount) // unit))
 
 
 def _dict(value: Any, where: str) -> dict[str, Any]:

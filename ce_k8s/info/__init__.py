@@ -2,7 +2,7 @@
 
 Modules, each depending only on the ones before it (no cycle; tests/test_rooms.py checks):
 
-* ``quantity`` -- Kubernetes quantities and a pod's effective requests in scheduler units;
+* ``quantity`` -- a pod's effective requests in scheduler units (quantities read by ``ce_k8s.quantity``);
 * ``snapshot`` -- nodes, pods and quotas from a ``kubectl`` dump, the API or the agent;
 * ``capacity`` -- pure placement and quota arithmetic over a snapshot, per pilot shape;
 * ``health`` -- the run's verdict (OK, WARNING, CRITICAL) and its reasons;

@@ -1,102 +1,43 @@
-"""Kubernetes resource quantities and a pod's effective requests, in the scheduler's integer units.
+"""A pod's effective requests and limits, and ResourceLists, in the scheduler's integer units.
 
 Why a module of its own: both the snapshot reader (which converts every node and pod of a dump
 once) and the capacity arithmetic (which sizes a pilot pod built by ``ce_k8s.pods``) need the same
-exact parsing, and neither should import the other for it. Quantities are converted exactly
-(``Fraction``) into the units the kube-scheduler compares: millicores for CPU
-(``Quantity.MilliValue``) and the rounded-up integer value for everything else (``Quantity.Value``:
-bytes, GPUs, pod counts). Standard library only; no I/O.
+exact conversion, and neither should import the other for it. Quantities are read by
+``ce_k8s.quantity`` (exactly, as the API server decodes them) and converted into the units the
+kube-scheduler compares: millicores for CPU (``Quantity.MilliValue``) and the rounded-up integer
+value for everything else (``Quantity.Value``: bytes, GPUs, pod counts). Standard library only; no
+I/O.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from functools import lru_cache
+
+from ce_k8s.quantity import QuantityError, decode_quantity, int_value, milli_value
 
 CPU = "cpu"
 MEMORY = "memory"
 
 
-class QuantityError(ValueError):
-    """A Kubernetes resource quantity that does not follow the API's quantity grammar."""
-
-    def __init__(self, text: object, reason: str = "not a Kubernetes quantity") -> None:
-        super().__init__(f"{text!r}: {reason}")
-        self.text = text
-        self.reason = reason
-
-
-# <signedNumber><suffix>, suffix = binarySI | decimalSI | decimalExponent
-# (k8s.io/apimachinery/pkg/api/resource/quantity.go). "E" alone is exa; "E3" is an exponent.
-_QUANTITY_RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
-)
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-
-
-def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity (``100m``, ``1.5``, ``64Gi``, ``1e3``, ``500M``, ``1k``) exactly.
-
-    JSON numbers are accepted too (hand-written dumps use them); a float is taken by its shortest
-    decimal representation so ``0.1`` means one tenth, not the nearest binary fraction.
-    """
-    if isinstance(value, bool):
-        raise QuantityError(value, "a boolean is not a quantity")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise QuantityError(value, "not a finite number")
-        return Fraction(repr(value))
-    if not isinstance(value, str):
-        raise QuantityError(value, f"expected a string, got {type(value).__name__}")
-    m = _QUANTITY_RE.match(value)
-    if m is None:
-        raise QuantityError(value)
-    number = Fraction(m.group("num"))
-    if m.group("bin"):
-        return number * _BINARY[m.group("bin")]
-    if m.group("exp"):
-        exponent = int(m.group("exp")[1:])
-        if abs(exponent) > 100:
-            raise QuantityError(value, "exponent out of range")
-        return number * Fraction(10) ** exponent
-    return number * _DECIMAL[m.group("dec") or ""]
-
-
 @lru_cache(maxsize=4096)
 def _units_cached(resource: str, value: str) -> int:
-    return to_units(resource, parse_quantity(value))
+    return to_units(resource, decode_quantity(value))
 
 
 def to_units(resource: str, quantity: Fraction) -> int:
     """The integer the scheduler compares: millicores for ``cpu``, the rounded-up value otherwise."""
     if resource == CPU:
-        return math.ceil(quantity * 1000)
-    return math.ceil(quantity)
+        return milli_value(quantity)
+    return int_value(quantity)
 
 
 def resource_units(resource: str, value: str | int | float) -> int:
     """Parse one quantity of ``resource`` into scheduler units (cached: dumps repeat the same strings)."""
     if isinstance(value, str):
         return _units_cached(resource, value)
-    return to_units(resource, parse_quantity(value))
+    return to_units(resource, decode_quantity(value))
 
 
 def parse_resource_list(raw: object, where: str) -> dict[str, int]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import jsonpatch
 
+from ce_k8s.quantity import QuantityError, decode_quantity
 from ce_k8s.sim import k8s_validate as v
 from ce_k8s.sim.k8s_errors import (
     MODIFIED,
@@ -42,7 +43,7 @@ from ce_k8s.sim.k8s_errors import (
     invalid,
     not_found,
 )
-from ce_k8s.sim.k8s_quantity import add_into, format_quantity, parse_quantity, pod_resources
+from ce_k8s.sim.k8s_quantity import add_into, format_quantity, pod_resources
 from ce_k8s.sim.k8s_resources import BY_PLURAL, ResourceInfo
 from ce_k8s.sim.k8s_selectors import SelectorError, make_filter
 from ce_k8s.sim.k8s_store import Obj, Store
@@ -401,9 +402,10 @@ class Api:
             causes = []
             for k, val in hard.items():
                 try:
-                    parse_quantity(val)
-                except ValueError as e:
-                    causes.append((f"spec.hard[{k}]", "FieldValueInvalid", f"Invalid value: {val!r}: {e}"))
+                    decode_quantity(val)
+                except QuantityError as e:
+                    causes.append((f"spec.hard[{k}]", "FieldValueInvalid",
+                                   f"Invalid value: {val!r}: {e.server_message}"))
             return causes
         return []
 
@@ -887,7 +889,7 @@ class Api:
         for q in sorted(quotas, key=lambda o: str(meta_of(o)["name"])):
             qname = str(meta_of(q)["name"])
             hard_raw = ((q.get("spec") or {}).get("hard") or {})  # type: ignore[union-attr]
-            hard = {str(k): parse_quantity(val) for k, val in hard_raw.items()}
+            hard = {str(k): decode_quantity(val) for k, val in hard_raw.items()}
             missing = self._missing_requests(pod, hard)
             if missing:
                 raise forbidden("pods", name, f"failed quota: {qname}: must specify {missing}")

@@ -1,8 +1,9 @@
-"""Kubernetes resource quantities (``500m``, ``64Gi``, ``1e3``) as exact fractions.
+"""Quantity formatting and pod request sums for the emulator, in exact fractions.
 
 The scheduler simulator and quota admission compare sums of requests against allocatable and
 hard limits; doing that in floats would make ``0.1+0.2`` cpus not fit into ``300m``. Fractions
-are exact. Formatting follows the API server's canonical forms closely enough for messages and
+are exact, and ``ce_k8s.quantity`` reads them as the API server does (the product's one parser).
+Formatting follows the API server's canonical forms closely enough for messages and
 ``status.used``: cpu-like values in whole units or millis, byte-like values with binary suffixes
 when they divide evenly.
 """
@@ -10,43 +11,12 @@ when they divide evenly.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
-_SUFFIX: dict[str, Fraction] = {
-    "Ki": Fraction(1024), "Mi": Fraction(1024**2), "Gi": Fraction(1024**3), "Ti": Fraction(1024**4),
-    "Pi": Fraction(1024**5), "Ei": Fraction(1024**6),
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-}
-_QTY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
+from ce_k8s.quantity import decode_quantity
 
-
-class QuantityError(ValueError):
-    """A string that is not a Kubernetes quantity (the API server answers 422 Invalid)."""
-
-
-def parse_quantity(value: object) -> Fraction:
-    """Parse a quantity string or number into an exact :class:`Fraction`."""
-    if isinstance(value, bool):
-        raise QuantityError(f"quantities must match the regular expression, got {value!r}")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(str(value))
-    if not isinstance(value, str):
-        raise QuantityError(f"quantities must be strings, got {value!r}")
-    m = _QTY.match(value.strip())
-    if not m:
-        raise QuantityError(
-            f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-            f", got {value!r}")
-    number = Fraction(m[1])
-    if m[2]:
-        return number * Fraction(10) ** int(m[2][1:])
-    return number * _SUFFIX[m[3] or ""]
+_BINARY_UNITS = (("Ei", 1024**6), ("Pi", 1024**5), ("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
 
 
 def is_cpu_like(resource: str) -> bool:
@@ -65,8 +35,7 @@ def format_quantity(value: Fraction, resource: str = "") -> str:
         return f"{math.ceil(millis)}m"
     n = value.numerator
     if "memory" in resource or "storage" in resource:
-        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-            unit = _SUFFIX[suffix].numerator
+        for suffix, unit in _BINARY_UNITS:
             if n and n % unit == 0:
                 return f"{n // unit}{suffix}"
     return str(n)
@@ -88,7 +57,7 @@ def _resources_of(container: Mapping[str, object], kind: str) -> dict[str, Fract
     table = res.get(kind) if isinstance(res, dict) else None
     if not isinstance(table, dict):
         return {}
-    return {str(k): parse_quantity(v) for k, v in table.items()}
+    return {str(k): decode_quantity(v) for k, v in table.items()}
 
 
 def pod_resources(pod: Mapping[str, object], kind: str = "requests") -> dict[str, Fraction]:
@@ -109,5 +78,5 @@ def pod_resources(pod: Mapping[str, object], kind: str = "requests") -> dict[str
                 total[k] = v
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        add_into(total, {str(k): parse_quantity(v) for k, v in overhead.items()})
+        add_into(total, {str(k): decode_quantity(v) for k, v in overhead.items()})
     return total

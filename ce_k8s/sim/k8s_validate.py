@@ -14,7 +14,7 @@ import binascii
 import re
 from collections.abc import Mapping
 
-from ce_k8s.sim.k8s_quantity import QuantityError, parse_quantity
+from ce_k8s.quantity import QuantityError, decode_quantity
 
 Cause = tuple[str, str, str]  # (field, reason, message)
 
@@ -125,9 +125,10 @@ def _validate_resources(c: Mapping[str, object], path: str) -> list[Cause]:
         parsed[kind] = {}
         for k, v in table.items():
             try:
-                q = parse_quantity(v)
+                q = decode_quantity(v)
             except QuantityError as e:
-                causes.append((f"{path}.resources.{kind}[{k}]", "FieldValueInvalid", f"Invalid value: {_q(v)}: {e}"))
+                causes.append((f"{path}.resources.{kind}[{k}]", "FieldValueInvalid",
+                               f"Invalid value: {_q(v)}: {e.server_message}"))
                 continue
             if q < 0:
                 causes.append((f"{path}.resources.{kind}[{k}]", "FieldValueInvalid",
@@ -249,7 +250,7 @@ def qos_class(spec: Mapping[str, object]) -> str:
         if req or lim:
             any_set = True
         for r in ("cpu", "memory"):
-            if r not in lim or (r in req and parse_quantity(req[r]) != parse_quantity(lim[r])):
+            if r not in lim or (r in req and decode_quantity(req[r]) != decode_quantity(lim[r])):
                 guaranteed = False
     if not any_set:
         return "BestEffort"

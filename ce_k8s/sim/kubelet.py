@@ -32,18 +32,17 @@ import asyncio
 import datetime as dt
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
+from ce_k8s.quantity import decode_quantity, milli_value
 from ce_k8s.sim.cluster import DEFAULT_NODES, NodeSpec, parse_nodes
 from ce_k8s.sim.k8s_api import TERMINAL_PHASES, Api, meta_of, now_iso, set_condition
 from ce_k8s.sim.k8s_errors import ApiError
-from ce_k8s.sim.k8s_quantity import parse_quantity, pod_resources
+from ce_k8s.sim.k8s_quantity import pod_resources
 from ce_k8s.sim.k8s_scenario import (
     DEFAULT_SCENARIO,
     SCENARIO_ANNOTATION,
@@ -67,13 +66,6 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 _ZERO = 0
 
 
-def _milli(q: Fraction) -> int:
-    """A quantity in thousandths, rounded up (Quantity.MilliValue): the scheduler compares ints.
-
-    Why: exact Fractions made each node check of the scheduling pass several times slower, and
-    kube-scheduler itself counts CPU in millicores and everything else in whole units.
-    """
-    return math.ceil(q * 1000)
 _UNRESOLVABLE = "Preemption is not helpful for scheduling"
 _NO_VICTIMS = "No preemption victims found for incoming pod"
 _PRESSURE = (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -192,7 +184,9 @@ class Kubelet:
         self._pods: dict[Key, PodSim] = {}
         self._active: dict[Key, None] = {}
         self._unschedulable: dict[Key, None] = {}
-        # Requests, usage and allocatable in thousandths of a unit (_milli).
+        # Requests, usage and allocatable in thousandths of a unit, rounded up (milli_value, as
+        # Quantity.MilliValue): exact Fractions made each node check of the scheduling pass several
+        # times slower, and kube-scheduler itself compares integers.
         self._sig: dict[Key, tuple[str, dict[str, int]]] = {}
         self._charged: dict[Key, tuple[str, dict[str, int]]] = {}
         self._node_used: dict[str, dict[str, int]] = {}
@@ -428,7 +422,7 @@ class Kubelet:
             req = pod_resources(pod, "requests")
         except ValueError:
             req = {}
-        req = {res: _milli(q) for res, q in req.items()}
+        req = {res: milli_value(q) for res, q in req.items()}
         req["pods"] = 1000
         spec = pod.get("spec") or {}
         sig = json.dumps([spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations"),
@@ -548,7 +542,7 @@ class Kubelet:
         parsed: dict[str, int] = {}
         for res, raw in (_dig(node, "status", "allocatable") or {}).items():
             try:
-                parsed[res] = _milli(parse_quantity(raw))
+                parsed[res] = milli_value(decode_quantity(raw))
             except ValueError:
                 parsed[res] = _ZERO
         self._alloc_cache[name] = (rv, parsed)

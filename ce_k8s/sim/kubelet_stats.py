@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ce_k8s.sim.k8s_quantity import parse_quantity
+from ce_k8s.quantity import decode_quantity
 
 USAGE_ANNOTATION = "sim.ce-k8s.io/usage"
 DEFAULT_CPU_FRACTION = 0.85
@@ -83,15 +83,15 @@ def planned_usage(pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple
     res = container.get("resources") or {}
     req, lim = res.get("requests") or {}, res.get("limits") or {}
     try:
-        cores = float(parse_quantity(words["cpu"])) if "cpu" in words else (
-            float(parse_quantity(str(req["cpu"]))) * DEFAULT_CPU_FRACTION if "cpu" in req else DEFAULT_CORES)
+        cores = float(decode_quantity(words["cpu"])) if "cpu" in words else (
+            float(decode_quantity(str(req["cpu"]))) * DEFAULT_CPU_FRACTION if "cpu" in req else DEFAULT_CORES)
     except (ValueError, KeyError):
         cores = DEFAULT_CORES
     try:
         if "rss" in words:
-            rss = int(parse_quantity(words["rss"]))
+            rss = int(decode_quantity(words["rss"]))
         elif "memory" in lim or "memory" in req:
-            rss = int(parse_quantity(str(lim.get("memory") or req["memory"])) / 2)
+            rss = int(decode_quantity(str(lim.get("memory") or req["memory"])) / 2)
         else:
             rss = DEFAULT_RSS
     except (ValueError, KeyError):

@@ -27,6 +27,8 @@ def test_the_reserved_submit_keys_are_the_crds():
     ({"command": ["/bin/true"], "queue": 0}, "spec.queue"),
     ({"command": ["/bin/true"], "queue": True}, "spec.queue"),
     ({"command": ["/bin/true"], "resources": {"memory": "lots"}}, "spec.resources.memory"),
+    ({"command": ["/bin/true"], "resources": {"memory": "2K"}}, "unknown suffix 'K'"),   # the CRD's isQuantity
+    ({"command": ["/bin/true"], "resources": {"disk": " 2Gi"}}, "spec.resources.disk"),   # refuses both
     ({"command": ["/bin/true"], "env": [{"name": "1A", "value": "x"}]}, "spec.env[0].name"),
     ({"command": ["/bin/true"], "submit": {"Request_Memory": "1"}}, "Request_Memory"),
     ({"command": ["/bin/true"], "submit": {"MY.HTCJobUid": "1"}}, "MY.HTCJobUid"),
@@ -46,3 +48,5 @@ def test_quantities_become_htcondor_units_rounded_up():
                        "resources": {"cpus": 2, "memory": "1.5Gi", "disk": "1000", "gpus": 1}, "wallTimeSeconds": 60})
     assert (spec.queue, spec.cpus, spec.memory_mib, spec.disk_kib, spec.gpus, spec.wall_time) == (3, 2, 1536, 1, 1, 60)
     assert parse_spec({"command": ["/bin/true"]}).wall_time is None
+    # A fraction of a byte counts as a byte (Quantity.Value rounds up), so 1Mi and a half byte is 2 MiB.
+    assert parse_spec({"command": ["/bin/true"], "resources": {"memory": "1048576.5"}}).memory_mib == 2

@@ -85,6 +85,20 @@ def test_invalid_label_value_and_pod_spec_are_422(core, pod_body):
     assert "must be less than or equal to cpu limit of 1" in body_of(e.value)["message"]
 
 
+@pytest.mark.parametrize(("memory", "said"), [
+    ("1K", "unable to parse quantity's suffix"),
+    ("NaN", "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+])
+def test_a_bad_quantity_is_refused_in_the_api_servers_words(core, pod_body, memory, said):
+    """ParseQuantity's own error text (k8s.io/apimachinery quantity.go), naming the field and the value."""
+    bad = pod_body("p3")
+    bad["spec"]["containers"][0]["resources"] = {"requests": {"memory": memory}}
+    with pytest.raises(ApiException) as e:
+        core.create_namespaced_pod("default", bad)
+    assert e.value.status == 422
+    assert f'resources.requests[memory]: Invalid value: "{memory}": {said}' in body_of(e.value)["message"]
+
+
 def test_generate_name(core, pod_body):
     """kmock fails generateName with a 500."""
     body = pod_body("x")
