@@ -318,7 +318,7 @@ class RealDemo:
 
     def _kube(self):
         """The real control plane under the CE (ce_k8s.real.kube.RealKube), or None."""
-        server = self.env.kube_server
+        server = getattr(self.env, "kube_server", None)
         return getattr(server, "env", None) if server is not None else None
 
     def node_cpu_seconds(self) -> float | None:
