@@ -1,5 +1,5 @@
-"""A bed with a real node leaves the machine as it found it: after `down`, after a failed start,
-and after its owner dies (ce_k8s.real.node, ce_k8s.real.reaper).
+"""A bed with a real node leaves the machine as it found it: after a failed start, and after its
+owner dies, when its reaper runs the bed's `down` (ce_k8s.real.node, ce_k8s.real.reaper).
 
 Each test brings up a bed of its own (the binaries and the node runtime are cached: about 10 s)
 beside the session's, with a pod running on its real node so that a shim, a container, its cgroups,
@@ -132,31 +132,6 @@ def assert_clean(before_ns: set[str], state_dir: Path, cgroup_root: str, origina
     assert read_sysctls() == original
 
 
-def test_down_leaves_no_process_mount_cgroup_namespace_or_sysctl(tmp_path, original_sysctls):
-    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-down"
-    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
-    env = own_bed(state)
-    try:
-        env.up(nodes=SMALL_NODES, progress=lambda m: None, real_nodes=1)
-        node = node_of(env)
-        run_a_pod(env)
-        assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
-        assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
-        assert realnode.mount_ns(node["pids"]["holder"]) not in before_ns
-        # Every process of the node (kubelet, containerd, shims in its mount namespace; the pod's
-        # containers below its cgroupRoot) stays inside the memory cgroup the bed was started in.
-        own = realnode.own_cgroup().rstrip("/") + "/"
-        holder_ns = realnode.mount_ns(node["pids"]["holder"])
-        pods = realnode.cgroup_pids(Path("/sys/fs/cgroup/memory") / node["cgroup_root"].strip("/"))
-        assert pods, "no container below the node's cgroupRoot"
-        for pid in {*realnode.pids_in_mount_ns(holder_ns), *pods}:
-            assert cgroup_of(pid).startswith(own), (pid, cgroup_of(pid), own)
-    finally:
-        env.down(progress=lambda m: None)
-    assert_clean(before_ns, state, node["cgroup_root"], original_sysctls, before_paths)
-    shutil.rmtree(state, ignore_errors=True)
-
-
 def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
     """The kubelet cannot start (a configuration it refuses): `up` fails, naming its log, and
     leaves nothing behind, the sysctls included."""
@@ -177,6 +152,9 @@ def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
 
 
 def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, original_sysctls):
+    """The worst case of `down`: a test run killed with its bed up (a pod running on the real node).
+    The reaper runs the bed's own `down`, the one `ce-k8s testbed real-kube down` and every test
+    fixture run, and nothing is left: processes, mounts, cgroups, namespaces, host paths, sysctls."""
     state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-reaped"
     before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -192,7 +170,17 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, origi
         env = RealKube(state)
         node = node_of(env)
         run_a_pod(env)
-        assert read_sysctls() != original_sysctls
+        assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
+        assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
+        holder_ns = realnode.mount_ns(node["pids"]["holder"])
+        assert holder_ns not in before_ns
+        # Every process of the node (kubelet, containerd, shims in its mount namespace; the pod's
+        # containers below its cgroupRoot) stays inside the memory cgroup the bed was started in.
+        own = realnode.own_cgroup().rstrip("/") + "/"
+        pods = realnode.cgroup_pids(Path("/sys/fs/cgroup/memory") / node["cgroup_root"].strip("/"))
+        assert pods, "no container below the node's cgroupRoot"
+        for pid in {*realnode.pids_in_mount_ns(holder_ns), *pods}:
+            assert cgroup_of(pid).startswith(own), (pid, cgroup_of(pid), own)
     except BaseException:
         owner.kill()
         RealKube(state).down(progress=lambda m: None)

@@ -286,22 +286,6 @@ def test_removal_of_a_pilot_that_ignores_sigterm_is_sigkill_after_the_grace_peri
     assert seconds >= 3.5     # the whole grace period was given
 
 
-# ------------------------------------------------------------------ storage
-def test_an_ephemeral_storage_limit_exceeded_is_a_kubelet_eviction(admin_core, pilot_namespace, real_node):
-    volumes = [{"name": "scratch", "emptyDir": {}}]
-    mounts = [{"name": "scratch", "mountPath": "/ce-k8s/scratch"}]
-    script = "dd if=/dev/zero of=/ce-k8s/scratch/fill bs=1M count=24; echo filled; sleep 600"
-    name = run(admin_core, pilot_namespace, pod_manifest("storage", script, volumes=volumes, mounts=mounts,
-                                                         storage="8Mi", grace=1))
-    pod = finished(admin_core, pilot_namespace, name, timeout=120)
-    assert (pod.status.phase, pod.status.reason) == ("Failed", "Evicted")
-    assert "ephemeral local storage" in pod.status.message
-    # A pod over its own limit is not a node-pressure eviction: the kubelet adds no DisruptionTarget
-    # (ce-k8s holds it `disk-exceeded` by reason and message, never as a disruption to run again).
-    assert "DisruptionTarget" not in {c.type for c in pod.status.conditions or []}
-    assert terminated(pod).exit_code == 137
-
-
 # ------------------------------------------------------------------ the Summary API
 def _summary(real_kube, node: str, port: int, token: str) -> dict:
     ctx = ssl.create_default_context(cafile=str(real_kube.kubelet_ca))

@@ -24,12 +24,12 @@ def test_pilots_on_the_real_node_run_their_own_script_and_their_output_reaches_t
     state = tmp_path / "condor"
     proc = subprocess.run(
         [sys.executable, "-m", "ce_k8s.cli", "demo", "--kube", "real", "--kube-state", str(real_kube.state_dir),
-         "--condor", "real", "--state", str(state), "--factory", "--pilots", "8", "--real-node-share", "0.25",
+         "--condor", "real", "--state", str(state), "--factory", "--pilots", "4", "--real-node-share", "0.5",
          "--json", "--timeout", "240"],
         capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
-    assert (summary["completed"], summary["lost"], summary["duplicate_pods"]) == (8, 0, 0), summary
+    assert (summary["completed"], summary["lost"], summary["duplicate_pods"]) == (4, 0, 0), summary
     assert (summary["pods_left"], summary["secrets_left"]) == (0, 0), summary
     real = summary["real_node"]
     assert real["pilots"] == 2 and real["completed"] == 2, real

@@ -126,6 +126,14 @@ def test_a_pilot_over_its_disk_is_held_disk_exceeded(bed, admin_core, pilot_name
     ad = pilot(settings, pilot_namespace, script, cluster=5155, RequestDisk=8 * 1024)       # KiB, as HTCondor counts it
     until(agent, ad, lambda a: a.get("JobStatus") == 5, "the disk hold", timeout=120)
     assert_hold(ad, "disk-exceeded")
+    # What the real kubelet did: evicted the pod for its own limit. That is not a node-pressure
+    # eviction: no DisruptionTarget, so ce-k8s holds it by reason and message, never runs it again.
+    pod = admin_core.read_namespaced_pod(ad["K8sPodName"], pilot_namespace)
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "Evicted")
+    assert "ephemeral local storage" in pod.status.message
+    assert "DisruptionTarget" not in {c.type for c in pod.status.conditions or []}
+    # The eviction stops the container with SIGTERM first: the glidein ends by its own trap (143).
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 143
 
 
 @pytest.fixture
