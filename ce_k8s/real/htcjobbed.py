@@ -173,8 +173,13 @@ class HTCJobBed:
         attrs = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "Owner", "HTCJobUid", "HTCJobAbandoned",
                  "RemoveReason", "NumJobStarts", "HoldReasonCode", "RoutedToJobId", "RoutedFromJobId")
         constraint = f'HTCJobUid == "{uid}"'
-        return (self.condor.query(constraint, attrs, schedd=schedd)
-                + self.condor.history(constraint, attrs, schedd=schedd))
+        # Each job once: one that leaves the queue between the two reads is in both (seen in a full
+        # run: 4 "sources" for 2 jobs); its history record is the later one and wins.
+        by_id: dict[tuple[Any, Any], dict[str, Any]] = {}
+        for ad in (self.condor.query(constraint, attrs, schedd=schedd)
+                   + self.condor.history(constraint, attrs, schedd=schedd)):
+            by_id[(ad.get("ClusterId"), ad.get("ProcId"))] = ad
+        return list(by_id.values())
 
 
 def phase_is(*phases: str) -> Callable[[dict[str, Any]], bool]:
