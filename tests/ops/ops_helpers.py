@@ -144,14 +144,20 @@ def make_root() -> Path:
     return root
 
 
-def install_config(root: Path, server: ApiServer) -> Path:
-    """The shipped configuration, laid out as the CE image lays it out, plus this host's settings."""
-    conf = root / "config"
+def shipped_config(conf: Path) -> Path:
+    """The shipped configuration in `conf`, laid out as the CE image lays it out: config.d, then
+    each route as `70-ce-k8s-route-<name>.conf` (tests/real/test_user_namespaces.py edits one)."""
     conf.mkdir()
     for f in sorted((REPO / "config.d").glob("*.conf")):
         shutil.copy(f, conf / f.name)
     for f in sorted((REPO / "routes").glob("*.conf")):
         shutil.copy(f, conf / f"70-ce-k8s-route-{f.stem}.conf")
+    return conf
+
+
+def install_config(root: Path, server: ApiServer) -> Path:
+    """The shipped configuration, laid out as the CE image lays it out, plus this host's settings."""
+    conf = shipped_config(root / "config")
     (conf / "99-local.conf").write_text(
         f"CE_K8S_CE_NAME = {CE_NAME}\n"
         f"CE_K8S_NAMESPACE = {NAMESPACE}\n"

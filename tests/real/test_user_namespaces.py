@@ -12,7 +12,6 @@ A route asks for it with `K8sPodPatch` (it loosens nothing, so the patch is allo
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -155,13 +154,10 @@ def test_restricted_checks_still_hold_in_a_user_namespace(admin_core, pilot_name
 def route_config(tmp_path: Path) -> Path:
     """The shipped configuration (config.d, then routes/ in their order) with the Pilots route
     asking for a user namespace through K8sPodPatch, as a site would write it."""
-    conf = tmp_path / "config"
-    conf.mkdir()
-    for f in sorted((REPO / "config.d").glob("*.conf")):
-        shutil.copy(f, conf / f.name)
-    for f in sorted((REPO / "routes").glob("*.conf")):
-        shutil.copy(f, conf / f"70-{f.name}")
-    pilots = conf / "70-90-pilots.conf"
+    from ops.ops_helpers import shipped_config
+
+    conf = shipped_config(tmp_path / "config")
+    pilots = conf / "70-ce-k8s-route-90-pilots.conf"
     text = pilots.read_text()
     anchor = '    SET K8sCpuLimit "request"\n'
     assert anchor in text, "the shipped Pilots route changed: update this test"
