@@ -45,3 +45,37 @@ def stock_ce_layout():
 def stock_ce(tmp_path, stock_ce_layout):
     """A stock CE with every batch package installed, under ``tmp_path / "ce"``."""
     return stock_ce_layout.copy_stock_ce(tmp_path / "ce")
+
+
+# ------------------------------------------------------------------------------------ two workers
+# The README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`):
+# one takes every test of a real environment (tests/real/, tests/e2e/test_real_*.py), in their
+# collection order, so the session's real Kubernetes bed and each module's real HTCondor are
+# built once, in one process, and never two at a time; the other takes everything else (the
+# emulators). The real tests spend most of their time waiting on real daemons, so the two
+# overlap well on two cores, and the emulated tests run on a machine as busy as a site's.
+#
+# The scheduler is xdist's scope scheduling with these two scopes. xdist's own `loadgroup` reads
+# its groups from a suffix it writes into each test id, which pytest 9.2 no longer lets a plugin
+# change (`item.nodeid` stays as collected), so it would hand real tests to both workers.
+REAL_GROUP, EMULATED_GROUP = "real", "emulated"
+
+
+def is_real_environment_test(nodeid: str) -> bool:
+    """Whether the test `nodeid` (relative to the repository) runs on a real HTCondor or Kubernetes bed."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[:2] == ["tests", "real"] or (parts[:2] == ["tests", "e2e"] and parts[-1].startswith("test_real_"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoRooms(LoadScopeScheduling):
+        """One scope for the real environments, one for the emulators."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return REAL_GROUP if is_real_environment_test(nodeid) else EMULATED_GROUP
+
+    return TwoRooms(config, log)

@@ -51,6 +51,7 @@ from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.corecalls import CoreCalls, drained
 from ce_k8s.agent.credentials import CredentialRefresher, CredentialState
 from ce_k8s.agent.deletions import Deletion, Deletions
+from ce_k8s.agent.effects import Effects
 from ce_k8s.agent.history import HistoryWriter
 from ce_k8s.agent.journal import PostJournal, valid_global_job_id
 from ce_k8s.agent.logfmt import fields
@@ -59,7 +60,6 @@ from ce_k8s.agent.options import AgentOptions, default_output_dir
 from ce_k8s.agent.output import OutputStore, SavedOutput
 from ce_k8s.agent.outputfetch import OutputFetches
 from ce_k8s.agent.podinfo import LABEL_CE, LABEL_MANAGED_BY, MANAGER, PodInfo
-from ce_k8s.agent.ratelimit import TokenBucket, backoff
 from ce_k8s.agent.sourceprobe import GONE, SourceProbe, make_source_probe
 from ce_k8s.agent.status import (
     COMPLETED,
@@ -78,6 +78,7 @@ from ce_k8s.agent.status import (
 )
 from ce_k8s.hooks._common import ad_grid_resource, grid_resource_matches
 from ce_k8s.pods.names import label_value, pod_name, secret_name
+from ce_k8s.ratelimit import TokenBucket, backoff
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,10 @@ class Agent:
         self.pool = ThreadPoolExecutor(max_workers=max(4, settings.create_concurrency), thread_name_prefix="ce-k8s-io")
         from ce_k8s.agent.creator import Creator
 
-        self.creator = Creator(self)
+        # The pod writes (create, and every delete but the cleanup hook's own) on one keyed work
+        # queue: one effect per pod at a time, per-pod back-off (effects.py).
+        self.effects = Effects(settings.create_concurrency, self._create_turn, self.stop_event)
+        self.creator = Creator(self, self.effects.queue)
         self.credentials = CredentialRefresher(self)   # refreshed proxies/tokens into running pods' Secrets
         self.server = None
         self._gc_thread: threading.Thread | None = None
@@ -207,7 +211,8 @@ class Agent:
         self.stop_event.clear()
         self.started_at = time.time()
         self.cache.start()
-        self.creator.start()
+        self.effects.start()
+        self.creator.queue = self.effects.queue
         self.usage.start()
         self.credentials.start()
         self._gc_thread = threading.Thread(target=self._gc_loop, name="ce-k8s-gc", daemon=True)
@@ -228,7 +233,7 @@ class Agent:
             self.server.stop()
             self.server = None
         self.prom.stop()
-        self.creator.stop()
+        self.effects.stop()
         self.usage.stop()
         self.credentials.stop()
         self.cache.stop()
@@ -464,7 +469,10 @@ class Agent:
             rec.create.state = CREATE_PENDING
             rec.ad_text = text
             rec.caller_uid = uid     # kept with the text: the sandbox is read on this uid's behalf
-        self.creator.submit(rec)
+        self.effects.create(rec.pod_name)
+
+    def _create_turn(self, name: str) -> None:
+        self.creator.turn(name)
 
     # -- released pods: kept at cleanup, adopted by the re-routed job ------------------------------
 
@@ -751,9 +759,9 @@ class Agent:
         return existed
 
     def _delete_async(self, pod: PodInfo, why: str = "hold", job: str | None = None) -> None:
-        """Delete `pod` on the I/O pool, unless another path is deleting or has deleted it. The
-        claim is taken here, on the caller's thread, so that a cleanup or GC pass that comes before
-        the pool runs the call sees it (deletions.py)."""
+        """Delete `pod` at its next turn on the work queue (effects.py), unless another path is
+        deleting or has deleted it. The claim is taken here, on the caller's thread, so that a
+        cleanup or GC pass that comes before the turn sees it (deletions.py)."""
         if pod.deleting:
             return
         deletion, mine = self.deletions.claim(pod.name, pod.uid or None)
@@ -767,10 +775,10 @@ class Agent:
                 log.warning("%s", fields(event="delete-failed", job=job or self._job_for(pod.name), pod=pod.name,
                                          namespace=pod.namespace, error=_short(exc)))
 
-        try:
-            self.pool.submit(run)
-        except RuntimeError:          # shutting down
+        if self.effects.queue.closed:         # stopping: give the claim back, the next agent decides
             self.deletions.settle(deletion, None)
+            return
+        self.effects.delete(pod.name, run)
 
     def _job_for(self, name: str) -> str:
         """The job id for a log line about pod `name`: routed id if an update named it, else the source id."""
@@ -1147,7 +1155,8 @@ class Agent:
             "ce_k8s_jobs_tracked": ("Routed jobs this agent process has heard of", float(len(self.jobs))),
             "ce_k8s_cache_lists": ("Full LISTs since the agent started (start and 410 Gone)", float(self.cache.lists)),
             "ce_k8s_outputs_stored": ("Pod outputs saved and not yet cleaned up", float(len(self.output))),
-            "ce_k8s_creates_queued": ("Pod creations waiting for a worker", float(self.creator.queue.qsize())),
+            "ce_k8s_creates_queued": ("Pods whose create or delete waits on the work queue",
+                                      float(self.effects.waiting())),
             "ce_k8s_credential_refreshes_queued": ("Changed credential files waiting to be copied into Secrets",
                                                    float(self.credentials.queue.qsize())),
         }

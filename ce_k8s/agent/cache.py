@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s.agent import podschema
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.podinfo import PodInfo
-from ce_k8s.agent.ratelimit import backoff
+from ce_k8s.ratelimit import backoff
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ after a timeout (the server may have created the pod anyway) gets 409 AlreadyExi
 the pod, but only if its annotations name the same source job and owner.
 
 Failures: quota (403 "exceeded quota"), 429, 5xx and network errors are temporary (the job
-stays idle and the next update hook call retries after a back-off); other 4xx are the cluster
-refusing the pod (admission webhooks, policy, invalid spec) and hold the job.
+stays idle and the pod's key comes back on the agent's work queue after its own back-off,
+effects.py); other 4xx are the cluster refusing the pod (admission webhooks, policy, invalid
+spec) and hold the job.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
-import threading
 import time
 
 from kubernetes.client import CoreV1Api
@@ -34,7 +33,6 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s.agent import adtext, apiwarnings
 from ce_k8s.agent.corecalls import drained
 from ce_k8s.agent.logfmt import fields
-from ce_k8s.agent.ratelimit import backoff
 from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_RETRY, CreateInfo
 from ce_k8s.pods.errors import PodBuildError
 
@@ -87,40 +85,29 @@ def _api_message(exc: ApiException) -> str:
 
 
 class Creator:
-    """Worker threads (`CE_K8S_CREATE_CONCURRENCY`) draining a queue of jobs to create."""
+    """The create of a routed job's pod and Secret; its turns come from the agent's one work queue
+    (effects.py), keyed by pod name, on `CE_K8S_CREATE_CONCURRENCY` workers."""
 
-    def __init__(self, agent) -> None:
+    def __init__(self, agent, queue) -> None:
         self.agent = agent
-        self.queue: queue.Queue = queue.Queue()
-        self.threads: list[threading.Thread] = []
+        self.queue = queue        # the effects' WorkQueue: per-pod back-off of a failed create
 
-    def start(self) -> None:
-        for i in range(self.agent.settings.create_concurrency):
-            t = threading.Thread(target=self._worker, name=f"ce-k8s-create-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
+    def turn(self, name: str) -> None:
+        """A turn of pod `name`: create it if its record still asks for that (queued by an update,
+        or a temporary failure's back-off ran out), else nothing."""
+        from ce_k8s.agent.status import CREATE_PENDING
 
-    def stop(self) -> None:
-        for _ in self.threads:
-            self.queue.put(None)
-        for t in self.threads:
-            t.join(10)
-        self.threads = []
-
-    def submit(self, rec) -> None:
-        self.queue.put(rec)
-
-    def _worker(self) -> None:
-        while True:
-            rec = self.queue.get()
-            if rec is None or self.agent.stop_event.is_set():
-                return
-            try:
-                self.run(rec)
-            except Exception as exc:
-                log.exception("%s", fields(event="create-crashed", job=rec.routed_job or "?", pod=rec.pod_name,
-                                           error=type(exc).__name__))
-                self._retry(rec, "internal error (see the agent log)")
+        rec = self.agent.jobs.get(name)
+        if rec is None or rec.create.state not in (CREATE_PENDING, CREATE_RETRY) or rec.ad_text is None:
+            return
+        if self.agent.stop_event.is_set():
+            return
+        try:
+            self.run(rec)
+        except Exception as exc:
+            log.exception("%s", fields(event="create-crashed", job=rec.routed_job or "?", pod=rec.pod_name,
+                                       error=type(exc).__name__))
+            self._retry(rec, "internal error (see the agent log)")
 
     # -- one job ---------------------------------------------------------------------------------
 
@@ -178,6 +165,7 @@ class Creator:
         text, rec.ad_text = rec.ad_text, None
         if rec.cleaned or text is None:
             rec.create.state = CREATE_DONE if rec.namespace else CREATE_NONE
+            self.queue.forget(rec.pod_name)
             return
         job = rec.routed_job or "?"
         read_at = time.time()
@@ -187,6 +175,7 @@ class Creator:
             log.warning("%s", fields(event="build-failed", job=job, pod=rec.pod_name, code=exc.code,
                                      error=exc.message))
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            self.queue.forget(rec.pod_name)
             return
         if built.name != rec.pod_name:
             rec.create = CreateInfo(CREATE_HOLD, "internal-error",
@@ -208,10 +197,13 @@ class Creator:
             # F1/F3: count the vanished pod as this attempt's one pod; the status mapping moves the
             # job to the next attempt (a tombstone says why; without one, "vanished").
             log.info("%s", fields(event="create-skipped", job=job, pod=rec.pod_name, why=str(exc)))
+            self.queue.forget(rec.pod_name)
             rec.failures = 0
             rec.create = CreateInfo(CREATE_DONE)
             return
         except Temporary as exc:
+            if rec.ad_text is None:
+                rec.ad_text = text          # kept for the retry (unless an update brought a newer one)
             self._retry(rec, str(exc))
             log.info("%s", fields(event="create-delayed", job=job, pod=rec.pod_name, error=str(exc),
                                   attempt=rec.failures, retry_s=round(rec.next_try - time.time(), 1)))
@@ -220,11 +212,13 @@ class Creator:
             log.warning("%s", fields(event="create-refused", job=job, pod=rec.pod_name, code=exc.code,
                                      error=exc.message))
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            self.queue.forget(rec.pod_name)
             if exc.code == "secret-create-failed":
                 agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
             return
         agent.cache.observe(pod)
         rec.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.seen_uid
+        self.queue.forget(rec.pod_name)
         rec.failures = 0
         rec.create = CreateInfo(CREATE_DONE)
         if rec.cleaned:        # cleanup arrived while we were creating: undo at once
@@ -233,8 +227,11 @@ class Creator:
             agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
 
     def _retry(self, rec, message: str) -> None:
-        rec.failures += 1
-        rec.next_try = time.time() + backoff(rec.failures, base=1.0, cap=300.0)
+        """A temporary failure: the pod's key comes back after its own back-off (and an update poll
+        after `next_try` may bring it back with a newer ad)."""
+        delay = self.queue.retry(rec.pod_name)
+        rec.failures = self.queue.failures(rec.pod_name)
+        rec.next_try = time.time() + delay           # before the state: an update reads them in this order
         rec.create = CreateInfo(CREATE_RETRY, message=message)
 
     def _call(self, what: str, fn, *args, **kwargs):

@@ -47,9 +47,9 @@ from kubernetes.client.exceptions import ApiException
 
 from ce_k8s.agent import adtext
 from ce_k8s.agent.logfmt import fields
-from ce_k8s.agent.ratelimit import backoff
 from ce_k8s.pods.errors import PodBuildError
 from ce_k8s.pods.names import secret_name
+from ce_k8s.ratelimit import backoff
 
 log = logging.getLogger(__name__)
 

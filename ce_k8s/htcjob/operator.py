@@ -3,8 +3,9 @@
 The shape of client-go's sample-controller: the watch only says *which* resource changed (its
 key goes into the queue); the worker reads the resource fresh and runs one reconcile pass
 (ce_k8s.htcjob.reconcile), which says when it wants to run again (the schedd does not push, so
-an active HTCJob is looked at every `--poll` seconds). A key is in the queue at most once, at its
-earliest due time. Our own status writes come back as watch events; those that change neither
+an active HTCJob is looked at every `--poll` seconds). The queue is the one the agent's effects use
+(ce_k8s.workqueue): a key waits at most once, at its earliest due time, and a pass that failed
+comes back after that key's own back-off. Our own status writes come back as watch events; those that change neither
 generation, finalizers nor deletion are not queued (the pass already saw that state).
 
 Why not kopf: kopf brings its own API client and keeps handler progress in annotations; here the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import heapq
 import logging
 import os
 import signal
@@ -40,42 +40,11 @@ from ce_k8s.htcjob.reconcile import (
 )
 from ce_k8s.htcjob.schedd import HTCondorSchedd, Schedd
 from ce_k8s.htcjob.spec import Target
+from ce_k8s.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-
-class WorkQueue:
-    """Keys with due times; each key at most once, at its earliest due time."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, str]] = []
-        self._due: dict[str, float] = {}
-        self._cv = threading.Condition()
-
-    def add(self, key: str, delay: float = 0.0) -> None:
-        due = time.monotonic() + delay
-        with self._cv:
-            if key in self._due and self._due[key] <= due:
-                return
-            self._due[key] = due
-            heapq.heappush(self._heap, (due, key))
-            self._cv.notify()
-
-    def get(self, stop: threading.Event) -> str | None:
-        with self._cv:
-            while not stop.is_set():
-                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)        # superseded by an earlier due time
-                now = time.monotonic()
-                if self._heap and self._heap[0][0] <= now:
-                    _, key = heapq.heappop(self._heap)
-                    del self._due[key]
-                    return key
-                self._cv.wait(min(1.0, self._heap[0][0] - now) if self._heap else 1.0)
-        return None
-
-    def __len__(self) -> int:
-        return len(self._due)
+RETRY_BASE_S = 5.0
 
 
 class Kube:
@@ -163,7 +132,8 @@ class Operator:
         self.namespace = namespace
         self.default_target = default_target
         self.default_token = default_token
-        self.queue = WorkQueue()
+        # A failed pass comes back after 2.5-5 s, then twice that, up to 5 minutes (per HTCJob).
+        self.queue: WorkQueue[str] = WorkQueue(base=RETRY_BASE_S, cap=300.0)
         self.stop = threading.Event()
         self._seen: dict[str, tuple] = {}
         self._schedds: dict[tuple, Schedd] = {}
@@ -246,21 +216,27 @@ class Operator:
 
     # ------------------------------------------------------------------ work
     def work_once(self, key: str) -> None:
+        """One pass over the HTCJob `key` (namespace/name), then its next turn in the queue."""
         from kubernetes.client.exceptions import ApiException
 
         namespace, name = key.split("/", 1)
         try:
             obj = self.kube.get(namespace, name)
-            if obj is None:
-                return
-            delay = reconcile(obj, self.ctx)
+            delay = None if obj is None else reconcile(obj, self.ctx)
+            self.queue.forget(key)
         except ApiException as exc:
-            delay = 0.5 if exc.status == 409 else 5.0     # a conflict: read again at once
-            log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, delay)
+            if exc.status == 409:                 # a conflict: read again at once
+                delay = 0.5
+            else:
+                delay = self.queue.retry(key)
+                log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, delay)
+                delay = None
         except Exception:
-            log.exception("htcjob %s: pass failed; again in 10 s", key)
-            delay = 10.0
-        self.passes += 1
+            delay = self.queue.retry(key)
+            log.exception("htcjob %s: pass failed; again in %.0f s", key, delay)
+            delay = None
+        finally:
+            self.passes += 1
         if delay is not None:
             self.queue.add(key, delay)
 
@@ -272,7 +248,10 @@ class Operator:
         while not self.stop.is_set():
             key = self.queue.get(self.stop)
             if key is not None:
-                self.work_once(key)
+                try:
+                    self.work_once(key)
+                finally:
+                    self.queue.done(key)
         thread.join(timeout=5)
         log.info("htcjob-operator: stopped")
 

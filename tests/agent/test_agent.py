@@ -101,6 +101,21 @@ def test_timeout_after_accept_is_adopted_not_duplicated(server, settings):
         agent.stop()
 
 
+def test_a_temporary_create_failure_retries_on_its_own_schedule(server, settings):
+    """Issue 33: a create refused for a reason that passes (here two 500s) comes back on the agent's
+    work queue after the pod's own back-off; no further update poll is needed to make the pod."""
+    server.faults.inject("500", verb="create", resource="pods", count=2)
+    agent = new_agent(server, settings)
+    try:
+        update(agent, routed_ad(Path(settings.spool)))       # the only hook call of this test
+        wait(lambda: agent.jobs[NAME].create.state == "done", timeout=30)
+        assert stored(server) is not None and stored(server, secret_name(NAME), "secrets") is not None
+        assert agent.jobs[NAME].failures == 0 and agent.effects.queue.failures(NAME) == 0
+        assert len(server.call(server.api.list, "pods", "default")["items"]) == 1
+    finally:
+        agent.stop()
+
+
 def test_foreign_pod_of_same_name_is_never_touched(agent, server, settings):
     """An existing pod whose owner differs is not adopted, not reported on, not deleted."""
     server.call(server.api.create, "pods", "default", {

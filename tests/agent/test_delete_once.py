@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from ce_k8s import protocol
+from ce_k8s.agent.effects import THREAD_PREFIX
 from ce_k8s.agent.status import CREATE_DONE
 from ce_k8s.pods.names import pod_name, secret_name
 
@@ -79,7 +80,7 @@ def test_cleanup_that_overtakes_the_creators_last_steps_deletes_the_pod_once(ser
         wait(lambda: agent.cache.get(NAME) is None)     # the watch saw the pod deleted
         go.set()
         assert ran.wait(30)
-        agent.pool.shutdown(wait=True)                  # every delete the creator queued has run
+        assert agent.effects.settle(30)                 # every delete the creator queued has run
         assert deletes(server) == (before[0] + 1, before[1])
         assert agent.cache.get(NAME) is None            # no ghost of the deleted pod
         assert agent.collect_garbage() == []
@@ -187,7 +188,7 @@ def test_cleanup_while_a_hold_deletes_the_pod_waits_for_that_delete(server, sett
         in_hold, release = threading.Event(), threading.Event()
 
         def delete(name, namespace, **kwargs):
-            if threading.current_thread().name.startswith("ce-k8s-io"):    # the hold's pool thread
+            if threading.current_thread().name.startswith(THREAD_PREFIX):  # the hold's queued delete
                 in_hold.set()
                 assert release.wait(30)
             return real(name, namespace, **kwargs)

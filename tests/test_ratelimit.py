@@ -13,8 +13,8 @@ import random
 
 import pytest
 
+from ce_k8s import ratelimit
 from ce_k8s.agent import agent as agent_mod
-from ce_k8s.agent import ratelimit
 
 SAMPLES = 4000
 

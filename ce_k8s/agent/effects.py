@@ -1,0 +1,104 @@
+"""The agent's writes to the cluster for one pod at a time: its create and its deletes.
+
+Why one queue keyed by pod name (ce_k8s.workqueue): the paths that decide a pod must be made
+(an update) or must go (a hold, the creator undoing a create that a cleanup overtook) run on the
+hook threads, at any moment; the calls they decide on run here, on `CE_K8S_CREATE_CONCURRENCY`
+workers. A key is held by one worker at a time, so a pod's create and its delete never run side
+by side whatever the number of workers, and a create that failed for a reason that passes (quota,
+throttling, an outage) comes back after that pod's own back-off, without waiting for the next
+update poll.
+
+Level-triggered: a turn of a key runs the delete asked for it, if any, then asks the creator
+whether the pod's record still wants a create (the record says; a cleanup may have come since).
+The cleanup hook's own delete is not queued: the hook waits for its answer (`1 pod(s) deleted`),
+and deletions.py makes it share a queued delete of the same pod instead of sending a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ce_k8s.agent.logfmt import fields
+from ce_k8s.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+THREAD_PREFIX = "ce-k8s-effect"
+
+
+class Effects:
+    """Workers over one WorkQueue of pod names; see the module docstring."""
+
+    def __init__(self, workers: int, create: Callable[[str], None], stop: threading.Event) -> None:
+        # Creates back off from 0.5-1 s up to 5 minutes, per pod (ce_k8s.ratelimit.backoff).
+        self.queue: WorkQueue[str] = WorkQueue(base=1.0, cap=300.0)
+        self._workers = max(1, workers)
+        self._create = create
+        self._stop = stop
+        self._deletes: dict[str, Callable[[], None]] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self.queue.closed:              # started again after a stop: a queue of its own
+            self.queue = WorkQueue(base=self.queue.base, cap=self.queue.cap)
+        for i in range(self._workers):
+            t = threading.Thread(target=self._worker, name=f"{THREAD_PREFIX}-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        """Stop the workers after their current turn; keys still waiting are dropped (a restarted
+        agent rebuilds what it must do from the cluster and the next update polls)."""
+        self.queue.shut_down()
+        for t in self.threads:
+            t.join(10)
+        self.threads = []
+
+    # -- asking ------------------------------------------------------------------------------------
+
+    def create(self, name: str) -> None:
+        """Look at pod `name`'s create now (its record says what is wanted)."""
+        self.queue.add(name)
+
+    def delete(self, name: str, call: Callable[[], None]) -> None:
+        """Run `call` (one delete of pod `name`, claimed by the caller) at the key's next turn."""
+        with self._lock:
+            self._deletes[name] = call
+        self.queue.add(name)
+
+    def waiting(self) -> int:
+        """Keys waiting for a turn (the `ce_k8s_creates_queued` gauge)."""
+        return len(self.queue)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until no key waits and none is held (tests; a drain before a count)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._deletes and len(self.queue) == 0
+                                       and self.queue.processing() == 0, timeout)
+
+    # -- working -----------------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            name = self.queue.get(self._stop)
+            if name is None:
+                return
+            try:
+                self._turn(name)
+            except Exception as exc:       # a bug must not kill the worker; the log says which pod
+                log.exception("%s", fields(event="effect-crashed", pod=name, error=type(exc).__name__))
+            finally:
+                self.queue.done(name)
+                with self._idle:
+                    self._idle.notify_all()
+
+    def _turn(self, name: str) -> None:
+        with self._lock:
+            delete = self._deletes.pop(name, None)
+        if delete is not None:
+            delete()
+        self._create(name)
