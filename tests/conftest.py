@@ -49,7 +49,7 @@ def stock_ce(tmp_path, stock_ce_layout):
 
 # ------------------------------------------------------------------------------------ two workers
 # The README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`):
-# one takes every test of a real environment (tests/real/, tests/e2e/test_real_*.py), in their
+# one takes every test of a real environment (everything under tests/real/), in their
 # collection order, so the session's real Kubernetes bed and each module's real HTCondor are
 # built once, in one process, and never two at a time; the other takes everything else (the
 # emulators). The real tests spend most of their time waiting on real daemons, so the two
@@ -63,8 +63,7 @@ REAL_GROUP, EMULATED_GROUP = "real", "emulated"
 
 def is_real_environment_test(nodeid: str) -> bool:
     """Whether the test `nodeid` (relative to the repository) runs on a real HTCondor or Kubernetes bed."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    return parts[:2] == ["tests", "real"] or (parts[:2] == ["tests", "e2e"] and parts[-1].startswith("test_real_"))
+    return nodeid.startswith("tests/real/")
 
 
 def pytest_xdist_make_scheduler(config, log):

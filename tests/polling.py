@@ -5,7 +5,7 @@ Every test directory imports it as ``from polling import wait_for``: pytest puts
 for tests/conftest.py (rootdir-relative imports, the default import mode; tests/conftest.py also
 adds it), as it does for ``from agent.conftest import ...``. Directories whose waits want another
 pace or name keep a thin wrapper over it: ``wait`` (tests/agent/conftest.py), ``wait_for`` at a real
-bed's pace (tests/real/conftest.py), ``_wait`` (tests/e2e/test_real_condor.py); the loops that act
+bed's pace (tests/real/conftest.py), ``_wait`` (tests/real/condor/test_real_condor.py); the loops that act
 before each poll (``until`` in tests/real/test_lifecycle.py, ``_tick_until`` in
 tests/real/test_restarts.py and tests/e2e/test_pilot_path.py) do their step in the predicate.
 """

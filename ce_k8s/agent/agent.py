@@ -214,7 +214,6 @@ class Agent:
         self.effects.start()
         self.creator.queue = self.effects.queue
         self.usage.start()
-        self.credentials.start()
         self._gc_thread = threading.Thread(target=self._gc_loop, name="ce-k8s-gc", daemon=True)
         self._gc_thread.start()
         if serve:
@@ -235,7 +234,6 @@ class Agent:
         self.prom.stop()
         self.effects.stop()
         self.usage.stop()
-        self.credentials.stop()
         self.cache.stop()
         if self._gc_thread is not None:
             self._gc_thread.join(10)
@@ -1158,7 +1156,7 @@ class Agent:
             "ce_k8s_creates_queued": ("Pods whose create or delete waits on the work queue",
                                       float(self.effects.waiting())),
             "ce_k8s_credential_refreshes_queued": ("Changed credential files waiting to be copied into Secrets",
-                                                   float(self.credentials.queue.qsize())),
+                                                   float(self.effects.refreshes_waiting())),
         }
 
     # -- garbage collection ------------------------------------------------------------------------

@@ -14,7 +14,8 @@ How, without slowing the update path (tens of µs per update, docs/performance.m
   (inode, size, mtime, ctime) with what it last put into the Secret: one or two system calls, no
   read, no parse. The schedd writes a refreshed proxy to a new file and renames it over the old
   one, so the inode changes too; an in-place rewrite changes mtime/ctime.
-* A difference queues the job for the worker thread (`CredentialRefresher`), which parses the
+* A difference asks for a refresh at the pod's next turn on the agent's work queue (effects.py:
+  never beside the same pod's create or delete). The refresh (`CredentialRefresher`) parses the
   routed ad, plans the sandbox and reads only the credential files exactly as the create did
   (`ce_k8s.agent.sandbox_io.read_sandbox`: inside the job's own spool directory, no symlink, a
   regular file, owned by the caller's account), compares their SHA-256 with what the Secret
@@ -38,7 +39,6 @@ import hashlib
 import logging
 import os
 import posixpath
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -139,23 +139,12 @@ class _Task:
 
 
 class CredentialRefresher:
-    """The hot-path check and the worker thread that patches Secrets (module docstring)."""
+    """The hot-path check, and the refresh that runs at the pod's turn on the agent's work queue
+    (effects.py): never beside the same pod's create or delete (module docstring)."""
 
     def __init__(self, agent) -> None:
         self.agent = agent
-        self.queue: queue.Queue[_Task | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._worker, name="ce-k8s-credentials", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self.queue.put(None)
-            self._thread.join(10)
-            self._thread = None
 
     # -- hot path ------------------------------------------------------------------------------
 
@@ -182,7 +171,8 @@ class CredentialRefresher:
             if cs.busy:
                 return
             cs.busy = True
-        self.queue.put(_Task(rec, text, uid, seen, pod.name, pod.namespace, since, rec.routed_job or "?"))
+        task = _Task(rec, text, uid, seen, pod.name, pod.namespace, since, rec.routed_job or "?")
+        self.agent.effects.refresh(pod.name, lambda: self._run(task))
 
     def seed(self, rec, built, read_at: float) -> None:
         """After a create: the Secret holds the credential contents `built` carries, read after
@@ -197,21 +187,17 @@ class CredentialRefresher:
 
     # -- worker --------------------------------------------------------------------------------
 
-    def _worker(self) -> None:
-        while True:
-            task = self.queue.get()
-            if task is None or self.agent.stop_event.is_set():
-                self.queue.task_done()
-                return
-            try:
+    def _run(self, task: _Task) -> None:
+        """The pod's turn: refresh, and let the next changed file be queued again."""
+        try:
+            if not self.agent.stop_event.is_set():
                 self.refresh(task)
-            except Exception as exc:
-                log.exception("%s", fields(event="credential-refresh-crashed", job=task.job, pod=task.pod,
-                                           error=type(exc).__name__))
-                self._failed(task, "internal", "internal error (see the agent log)")
-            finally:
-                task.rec.cred.busy = False
-                self.queue.task_done()
+        except Exception as exc:
+            log.exception("%s", fields(event="credential-refresh-crashed", job=task.job, pod=task.pod,
+                                       error=type(exc).__name__))
+            self._failed(task, "internal", "internal error (see the agent log)")
+        finally:
+            task.rec.cred.busy = False
 
     def refresh(self, task: _Task) -> bool:
         """Read the job's credential files safely; patch the Secret's changed keys. True if patched."""

@@ -1,4 +1,4 @@
-"""The agent's writes to the cluster for one pod at a time: its create and its deletes.
+"""The agent's writes to the cluster for one pod at a time: its create, its deletes, its Secret refresh.
 
 Why one queue keyed by pod name (ce_k8s.workqueue): the paths that decide a pod must be made
 (an update) or must go (a hold, the creator undoing a create that a cleanup overtook) run on the
@@ -8,8 +8,10 @@ by side whatever the number of workers, and a create that failed for a reason th
 throttling, an outage) comes back after that pod's own back-off, without waiting for the next
 update poll.
 
-Level-triggered: a turn of a key runs the delete asked for it, if any, then asks the creator
-whether the pod's record still wants a create (the record says; a cleanup may have come since).
+Level-triggered: a turn of a key runs the delete asked for it, if any (a refresh asked for the
+same pod is then dropped: its Secret goes with it), else the credential refresh asked for it
+(credentials.py), then asks the creator whether the pod's record still wants a create (the record
+says; a cleanup may have come since).
 The cleanup hook's own delete is not queued: the hook waits for its answer (`1 pod(s) deleted`),
 and deletions.py makes it share a queued delete of the same pod instead of sending a second one.
 """
@@ -38,6 +40,7 @@ class Effects:
         self._create = create
         self._stop = stop
         self._deletes: dict[str, Callable[[], None]] = {}
+        self._refreshes: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self.threads: list[threading.Thread] = []
@@ -70,6 +73,18 @@ class Effects:
             self._deletes[name] = call
         self.queue.add(name)
 
+    def refresh(self, name: str, call: Callable[[], None]) -> None:
+        """Run `call` (copy pod `name`'s renewed credentials into its Secret) at the key's next turn;
+        a newer refresh of the same pod replaces one still waiting."""
+        with self._lock:
+            self._refreshes[name] = call
+        self.queue.add(name)
+
+    def refreshes_waiting(self) -> int:
+        """Refreshes asked for and not yet run (the `ce_k8s_credential_refreshes_queued` gauge)."""
+        with self._lock:
+            return len(self._refreshes)
+
     def waiting(self) -> int:
         """Keys waiting for a turn (the `ce_k8s_creates_queued` gauge)."""
         return len(self.queue)
@@ -77,7 +92,7 @@ class Effects:
     def settle(self, timeout: float) -> bool:
         """Wait until no key waits and none is held (tests; a drain before a count)."""
         with self._idle:
-            return self._idle.wait_for(lambda: not self._deletes and len(self.queue) == 0
+            return self._idle.wait_for(lambda: not self._deletes and not self._refreshes and len(self.queue) == 0
                                        and self.queue.processing() == 0, timeout)
 
     # -- working -----------------------------------------------------------------------------------
@@ -99,6 +114,9 @@ class Effects:
     def _turn(self, name: str) -> None:
         with self._lock:
             delete = self._deletes.pop(name, None)
+            refresh = self._refreshes.pop(name, None)
         if delete is not None:
             delete()
+        elif refresh is not None:
+            refresh()
         self._create(name)

@@ -74,7 +74,7 @@ def running_pilot(agent, server, settings):
 
 def settled(agent) -> None:
     """The refresher has nothing queued or in flight."""
-    wait(lambda: agent.credentials.queue.unfinished_tasks == 0
+    wait(lambda: agent.effects.refreshes_waiting() == 0
          and not any(r.cred is not None and r.cred.busy for r in agent.jobs.values()))
 
 

@@ -1,7 +1,7 @@
 """A schedd in memory, beside the real one (ce_k8s.htcjob.schedd.HTCondorSchedd), for the operator's
 tests on the real API server where the point is the Kubernetes side: faults and timings a real
 schedd will not give on demand (a cut upload, an unreachable schedd). It keeps the real schedd's
-rules the operator depends on, each checked on the real one in tests/e2e/test_htcjob_condor.py:
+rules the operator depends on, each checked on the real one in tests/real/test_htcjob_condor.py:
 a spooled cluster is held (code 16) until its input is uploaded; a completed spooled job stays in
 the queue until its output is retrieved (or `LeaveJobInQueue` is set false), then leaves; a
 removed job goes to the history at once.

@@ -1,6 +1,6 @@
 """The submit description keeps every user word as written: arguments and environment through
 HTCondor's V2 quoting and `$(DOLLAR)`, read back here with the parser that mirrors
-condor_arglist.cpp (ce_k8s.condor.args); the real schedd's reading is tests/e2e/test_htcjob_condor.py."""
+condor_arglist.cpp (ce_k8s.condor.args); the real schedd's reading is tests/real/test_htcjob_condor.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What `ce-k8s demo` hands the real beds, and where the real-Kubernetes bed finds the site's manifests.
 
 No daemon runs here: the real HTCondor bed is replaced by a stand-in that records how it was asked
-for, so the flag's path is checked in every run (the bed itself is judged in tests/e2e/).
+for, so the flag's path is checked in every run (the bed itself is judged in tests/real/condor/).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ containers/k8s/htcjob/rbac.yaml gives its ServiceAccount (a TokenRequest token, 
 
 The schedd here is tests/htcjob/fakeschedd.py, so that faults (a cut upload, a schedd that is
 down) and job states come on demand; the real schedd with a real startd judges the HTCondor side
-in tests/e2e/test_htcjob_condor.py. What is judged here is the Kubernetes side: the schema's
+in tests/real/test_htcjob_condor.py. What is judged here is the Kubernetes side: the schema's
 refusals, printer columns, the finalizer, status through the status subresource, output
 ConfigMaps owned by the resource and collected by the real garbage collector, and the rights.
 """

@@ -1,6 +1,6 @@
 """What `--ce-config stock` (ce_k8s.real.stockce) writes, checked without root or daemons.
 
-The daemons' side is tests/e2e/test_real_ce_config.py; these pin the choices that make it an OSG
+The daemons' side is tests/real/condor/test_real_ce_config.py; these pin the choices that make it an OSG
 CE and not a test configuration: no FS/CLAIMTOBE trust on the CE, TOKEN only from the factory's
 HTCondor-C client, each command run with the configuration of the host it addresses.
 """

@@ -1,6 +1,6 @@
 """The batch pool's configuration (`RealCondor(batch=True)`, ce_k8s.real.condor.batch_config), without root.
 
-The daemons' side is tests/e2e/test_real_batch_pool.py; these pin what must hold before any daemon
+The daemons' side is tests/real/condor/test_real_batch_pool.py; these pin what must hold before any daemon
 starts (docs/real-condor.md, "The batch pool"): the pool is opt-in and leaves the default bed's
 configuration as it was, the startd's START takes the batch schedd's jobs and no other schedd's,
 the bed's own accounts keep their FS/CLAIMTOBE client list, and the stock-CE mode refuses it.

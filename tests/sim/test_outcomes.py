@@ -2,7 +2,7 @@
 
 The ads have the shape `condor_q -json` / `condor_history -json` give on the real bed
 (docs/real-condor.md "The CE's own configuration", the finding "An evicted pilot is not rerun"; the
-attributes tests/e2e/test_real_ce_config.py reads): on HTCondor-CE's own configuration an evicted pilot that
+attributes tests/real/condor/test_real_ce_config.py reads): on HTCondor-CE's own configuration an evicted pilot that
 had started is removed by the CE (`JobStatus = 3`, `RemoveReason` of its `SYSTEM_PERIODIC_REMOVE`),
 and a factory's grid job of it is held by the gridmanager (`condorjob.cpp`, GM_POLL_ACTIVE). Such a
 pilot is removed, with the CE's reason, not lost.

@@ -34,7 +34,7 @@ from ce_k8s.sim.pilots import make_pilot
 pytestmark = pytest.mark.slow
 
 HOLD_CODES_OOM = 34          # HTCondor's HoldReasonCode for a job over its memory (docs/holds.md)
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 #: Tests that hold on every HTCondor the bed runs (docs/real-condor.md, "HTCondor 23.9 and 25").
 ON_BOTH = pytest.mark.parametrize("env", list(VERSIONS), indirect=True)
 #: Tests whose 25 run is on HTCondor-CE's own configuration instead (test_real_ce_config.py).
@@ -96,7 +96,7 @@ def _demo(env: RealCondor, pilots, factory: bool = False, timeout: float = 240) 
 # --------------------------------------------------------------------------------------- the path
 # The path on 25 (a pilot from the CE host and from the factory with its exit code and output, an
 # OOM hold, condor_rm on the factory, the master restarting the agent) is judged on HTCondor-CE's
-# own configuration, the 25 default: tests/e2e/test_real_ce_config.py. What stays here is what only
+# own configuration, the 25 default: tests/real/condor/test_real_ce_config.py. What stays here is what only
 # this configuration has (BLAH accepting every LRMS, a batch route, root's condor_restart) and the
 # route agreement, on both versions, and condor_rm by the pilot's owner on the CE host.
 def test_condor_rm_on_the_ce_deletes_the_running_pod(env):
@@ -394,7 +394,7 @@ def _transform_cases() -> dict[str, tuple[str, str]]:
     """tests/fixtures/transform_cases.py, loaded by path (tests/ is not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "fixtures" / "transform_cases.py"
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "transform_cases.py"
     spec = importlib.util.spec_from_file_location("ce_k8s_tests_transform_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

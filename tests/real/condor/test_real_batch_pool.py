@@ -22,8 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_real_ce_config import up_when_free  # pytest puts tests/e2e on sys.path
-from test_real_condor import _demo, _no_pods_left, _wait
 
 from ce_k8s.real.condor import (
     BATCH_ACCOUNT,
@@ -32,6 +30,9 @@ from ce_k8s.real.condor import (
     RealCondor,
 )
 from ce_k8s.sim.pilots import make_pilot
+
+from .test_real_ce_config import up_when_free
+from .test_real_condor import _demo, _no_pods_left, _wait
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_real_condor import _wait  # the same waiting loop (pytest puts tests/e2e on sys.path)
 
 from ce_k8s.real.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.condordemo import RealDemo
@@ -37,10 +36,12 @@ from ce_k8s.real.stockce import (
 )
 from ce_k8s.sim.pilots import make_pilot
 
+from .test_real_condor import _wait  # the same waiting loop
+
 pytestmark = pytest.mark.slow
 
 WAIT_FOR_OTHER_BED_S = 1200
-STOCK = Path(__file__).resolve().parents[1] / "fixtures" / "stock_ce"
+STOCK = Path(__file__).resolve().parents[2] / "fixtures" / "stock_ce"
 
 
 def _port_in_use(port: int) -> bool:
@@ -229,7 +230,7 @@ def test_the_ces_schedd_and_router_killed_mid_run_lose_and_rerun_no_pilot(env):
     token path, made harsher: the CE's schedd and job router are SIGKILLed (the CE's own
     ALLOW_ADMINISTRATOR refuses root's condor_restart here, docs/real-condor.md) and its master
     starts them again. Every pilot completes on the one pod it had; none is run twice."""
-    from test_real_condor import _pods, _stats, assert_each_pilot_completed_on_one_pod
+    from .test_real_condor import _pods, _stats, assert_each_pilot_completed_on_one_pod
 
     before = _stats(env)["pods"]
     demo = RealDemo(env, factory=True)
@@ -264,7 +265,7 @@ def test_a_local_condor_ce_submit_runs_and_returns_exit_code_and_output(env):
     """What condor_ce_trace checks (it cannot run here: docs/real-condor.md): a job submitted on the CE
     host with `condor_ce_submit -spool`, FS-authenticated as the pilot account under HTCondor-CE's own
     authorization, is routed, runs as one pod, and its exit code, stdout and stderr come back."""
-    from test_real_condor import _no_pods_left, _stats
+    from .test_real_condor import _no_pods_left, _stats
 
     before = _stats(env)["pods"]["pods_created"]
     pilots = [make_pilot(0, "cpu1", run_s=20, exit_code=3), make_pilot(1, "cpu8", run_s=20)]
@@ -288,7 +289,7 @@ def test_a_local_condor_ce_submit_runs_and_returns_exit_code_and_output(env):
 def test_a_failed_pod_is_a_hold_the_factory_sees_and_its_condor_rm_cleans_up(env):
     """An OOM-killed factory pilot: the CE job is held with HTCondor's code for it, the factory's
     grid job is held too (HTCondor-C carries the hold), and the factory's condor_rm removes it all."""
-    from test_real_condor import HOLD_CODES_OOM, _no_pods_left
+    from .test_real_condor import HOLD_CODES_OOM, _no_pods_left
 
     pilot = make_pilot(0, "cpu1")
     pilot = type(pilot)(pilot.shape, pilot.owner, "oom-after=1s", 0, False, pilot.ad)
@@ -319,7 +320,7 @@ def test_a_failed_pod_is_a_hold_the_factory_sees_and_its_condor_rm_cleans_up(env
 
 
 def test_the_factorys_condor_rm_deletes_the_running_pod(env):
-    from test_real_condor import _no_pods_left, _pods
+    from .test_real_condor import _no_pods_left, _pods
 
     demo = RealDemo(env, factory=True)
     demo.submit([make_pilot(0, "cpu1", run_s=4000)])          # 200 s at the bed's time scale: still running
@@ -331,7 +332,7 @@ def test_the_factorys_condor_rm_deletes_the_running_pod(env):
 
 def test_the_ces_master_restarts_the_agent_it_runs(env):
     """`ce-k8s install`'s DAEMON_LIST entry: the CE's condor_master starts the agent again after a SIGKILL."""
-    from test_real_condor import assert_master_restarts_the_agent
+    from .test_real_condor import assert_master_restarts_the_agent
 
     assert_master_restarts_the_agent(env)
 
@@ -342,7 +343,7 @@ def test_a_factory_pilot_with_a_scitoken_is_mapped_by_the_ces_mapfile(env):
     its C-GAHP presents it, the CE's daemons verify it against the issuer's keys over HTTPS and map
     `<issuer>,<subject>` through HTCondor-CE's mapfile to the pilot account; the routed pilot's pod
     carries the token's subject, and the pilot completes with its exit code and output."""
-    from test_real_condor import _no_pods_left, _pods
+    from .test_real_condor import _no_pods_left, _pods
 
     demo = RealDemo(env, factory=True, scitokens_file=SCITOKEN_FILE)
     demo.submit([make_pilot(0, "cpu1", run_s=300, exit_code=4)])          # ~15 s at the bed's scale
@@ -408,7 +409,7 @@ def test_an_evicted_pilot_that_started_is_removed_by_the_ce_and_never_started_ag
     of its pod makes the CE remove the job ("disabled job retries") and HTCondor-C hold it on the
     factory; ce-k8s makes no second pod meanwhile (K8sRetryAfter), so the pilot is not started again
     only to be killed (before this rule 2 of 4 such pilots got one in the 50-pilot demo)."""
-    from test_real_condor import _no_pods_left, _pods, _stats
+    from .test_real_condor import _no_pods_left, _pods, _stats
 
     before = _stats(env)["pods"]["pods_created"]
     demo = RealDemo(env, factory=True)
