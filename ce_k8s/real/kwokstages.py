@@ -23,10 +23,18 @@ play the same lives on kwok as on the kubelet simulator, or explicit `kwok.ce-k8
 Times: kwok writes RFC 3339 with nanoseconds; the API server stores ``metav1.Time`` in whole
 seconds, as every real kubelet's status reads back. Nodes carry the port of their kubelet endpoint
 in the ``kwok.ce-k8s.io/kubelet-port`` annotation (the bed's kubelet stub, ce_k8s/real/kubeletstub.py).
+
+The Stages themselves are data: ``kwokstages.yaml`` beside this module, one multi-document file as
+kwok's ``--config`` reads it, so it reads as the Stages a kwok user writes. This module fills in its
+``${name}`` placeholders: the pieces more than one Stage uses and the one computed value, the time
+scale.
 """
 
-# ruff: noqa: E501 - the Stage templates are YAML and Go templates; their lines are kept whole
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from importlib import resources
 
 RUN_FOR = "kwok.ce-k8s.io/run-for"
 EXIT_CODE = "kwok.ce-k8s.io/exit-code"
@@ -35,46 +43,37 @@ PULL_ERROR = "kwok.ce-k8s.io/pull-error"
 KUBELET_PORT = "kwok.ce-k8s.io/kubelet-port"
 MANAGED_LABEL = "kwok.ce-k8s.io/managed"   # kwok manages the nodes labelled "true"
 
-_NODE_STATUS = """\
-      {{ $now := Now }}
-      {{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
-      conditions:
-      {{ range NodeConditions }}
-      - lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $lastTransitionTime | Quote }}
-        message: {{ .message | Quote }}
-        reason: {{ .reason | Quote }}
-        status: {{ .status | Quote }}
-        type: {{ .type | Quote }}
-      {{ end }}
-      addresses:
-      - address: {{ NodeIP | Quote }}
-        type: InternalIP
-      - address: {{ .metadata.name | Quote }}
-        type: Hostname
-      {{ with index .metadata.annotations "kwok.ce-k8s.io/kubelet-port" }}
-      daemonEndpoints:
-        kubeletEndpoint:
-          Port: {{ . }}
-      {{ end }}
-"""
+# Read with importlib.resources, so the file is found where the package is installed (a wheel ships
+# it as package data: pyproject.toml), not beside a checkout.
+_DATA_FILE = "kwokstages.yaml"
+# `${name}` only: the Go templates and jq expressions in the file name their variables `$name`.
+_PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 
-# How long a pod's main containers run: the explicit annotation, else the `run=` word of the
-# emulator's scenario annotation (ce_k8s.sim.k8s_scenario) times the bed's time scale, so the
-# demo's pilots play the same lives on kwok as on the kubelet simulator.
-_RUN_SECONDS_JQ = (
-    '(.metadata.annotations // {}) as $a '
-    '| ([($a["' + RUN_FOR + '"] // "") | capture("^(?<n>[0-9.]+)(?<u>ms|s|m|h)?$") | . + {"k": 1}] '
-    '+ [($a["sim.ce-k8s.io/scenario"] // "") | (capture("(^| )oom-after=(?<n>[0-9.]+)(?<u>ms|s|m|h)?( |$)"), '
-    'capture("(^| )run=(?<n>[0-9.]+)(?<u>ms|s|m|h)?( |$)")) | . + {"k": TIME_SCALE}]) '
-    '| first | if . == null then empty '
-    'else (.n | tonumber) * ({"ms": 0.001, "s": 1, "m": 60, "h": 3600}[.u // "s"]) * .k end')
-# The pod ends on its own before its deadline (else the deadline stage takes it: the two never
-# match the same pod, since kwok picks among matching weighted stages at random).
-_ENDS_FIRST_JQ = '(' + _RUN_SECONDS_JQ + ') as $r | $r < (.spec.activeDeadlineSeconds // 1e18)'
-_RUN_FOR_JQ = '(' + _RUN_SECONDS_JQ + ') | tostring + "s"'
-_DEADLINE_FIRST_JQ = ('[' + _RUN_SECONDS_JQ + '] as $r | .spec.activeDeadlineSeconds != null '
-                      'and (($r | length) == 0 or $r[0] >= .spec.activeDeadlineSeconds)')
+# The status both node Stages write: conditions, addresses and the kubelet endpoint the bed's stub
+# listens on. Its lines after the first take the indent of its placeholder in the file.
+_NODE_STATUS = """\
+{{ $now := Now }}
+{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $lastTransitionTime | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+addresses:
+- address: {{ NodeIP | Quote }}
+  type: InternalIP
+- address: {{ .metadata.name | Quote }}
+  type: Hostname
+{{ with index .metadata.annotations "kwok.ce-k8s.io/kubelet-port" }}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ . }}
+{{ end }}"""
+
 # Whether the image cannot be pulled: the annotation, the scenario's `image-pull-error` word or the
 # emulator's image-name convention (ce_k8s.sim.k8s_scenario.scenario_from_image).
 _PULL_ERROR_JQ = (
@@ -83,311 +82,47 @@ _PULL_ERROR_JQ = (
     'or ([.spec.containers[].image | test("does-not-exist|pull-error")] | any))')
 
 
+def _run_seconds_jq(time_scale: float) -> str:
+    """How long a pod's main containers run, in seconds (nothing: until deleted).
+
+    The explicit annotation as written, else the `run=` (or `oom-after=`) word of the emulator's
+    scenario annotation (ce_k8s.sim.k8s_scenario) times the bed's time scale, so the demo's pilots
+    play the same lives on kwok as on the kubelet simulator.
+    """
+    return (
+        '(.metadata.annotations // {}) as $a '
+        '| ([($a["' + RUN_FOR + '"] // "") | capture("^(?<n>[0-9.]+)(?<u>ms|s|m|h)?$") | . + {"k": 1}] '
+        '+ [($a["sim.ce-k8s.io/scenario"] // "") '
+        '| (capture("(^| )oom-after=(?<n>[0-9.]+)(?<u>ms|s|m|h)?( |$)"), '
+        'capture("(^| )run=(?<n>[0-9.]+)(?<u>ms|s|m|h)?( |$)")) | . + {"k": ' + repr(float(time_scale)) + '}]) '
+        '| first | if . == null then empty '
+        'else (.n | tonumber) * ({"ms": 0.001, "s": 1, "m": 60, "h": 3600}[.u // "s"]) * .k end')
+
+
 def stages(time_scale: float = 0.05) -> str:
     """The Stage documents for kwok's --config, with the emulator's time scale for scenario runs."""
-    return _STAGES.replace("TIME_SCALE", repr(float(time_scale)))
+    return _fill(_documents(), {"node_status": _NODE_STATUS, "pull_error": _PULL_ERROR_JQ,
+                                "run_seconds": _run_seconds_jq(time_scale)})
 
 
-_STAGES = f"""\
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-node-initialize
-spec:
-  resourceRef: {{apiGroup: v1, kind: Node}}
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values: ['True']
-  next:
-    statusTemplate: |
-{_NODE_STATUS}
-      allocatable:
-      {{{{ YAML .status.allocatable 1 }}}}
-      capacity:
-      {{{{ YAML .status.capacity 1 }}}}
-      nodeInfo:
-        architecture: amd64
-        bootID: ""
-        containerRuntimeVersion: {{{{ printf "kwok-%s" Version }}}}
-        kernelVersion: {{{{ printf "kwok-%s" Version }}}}
-        kubeProxyVersion: {{{{ printf "kwok-%s" Version }}}}
-        kubeletVersion: {{{{ printf "kwok-%s" Version }}}}
-        machineID: ""
-        operatingSystem: linux
-        osImage: ""
-        systemUUID: ""
-      phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-node-heartbeat
-spec:
-  resourceRef: {{apiGroup: v1, kind: Node}}
-  selector:
-    matchExpressions:
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'In'
-      values: ['True']
-  delay:
-    durationMilliseconds: 20000
-    jitterDurationMilliseconds: 25000
-  next:
-    statusTemplate: |
-{_NODE_STATUS}
-  immediateNextStage: true
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-pod-pull-error
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending']
-    - key: '{_PULL_ERROR_JQ}'
-      operator: 'In'
-      values: ['true']
-    - key: '.status.conditions.[] | select( .type == "Initialized" ) | .reason'
-      operator: 'NotIn'
-      values: ['ContainersNotInitialized', 'ContainersNotReady']
-  weight: 10
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      {{{{ $inits := .spec.initContainers }}}}
-      conditions:
-      - {{type: PodReadyToStartContainers, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      {{{{ if $inits }}}}
-      - {{type: Initialized, status: "False", reason: ContainersNotInitialized, lastTransitionTime: {{{{ $now | Quote }}}},
-         message: {{{{ printf "containers with incomplete status: [%s]" (index $inits 0).name | Quote }}}}}}
-      {{{{ else }}}}
-      - {{type: Initialized, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      {{{{ end }}}}
-      - {{type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      {{{{ if $inits }}}}
-      initContainerStatuses:
-      {{{{ range $i, $c := $inits }}}}
-      - name: {{{{ $c.name | Quote }}}}
-        image: {{{{ $c.image | Quote }}}}
-        imageID: ""
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          waiting:
-            {{{{ if eq $i 0 }}}}
-            reason: ImagePullBackOff
-            message: {{{{ printf "Back-off pulling image %q: ErrImagePull: failed to pull and unpack image" $c.image | Quote }}}}
-            {{{{ else }}}}
-            reason: PodInitializing
-            {{{{ end }}}}
-      {{{{ end }}}}
-      {{{{ end }}}}
-      containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - name: {{{{ .name | Quote }}}}
-        image: {{{{ .image | Quote }}}}
-        imageID: ""
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          waiting:
-            {{{{ if $inits }}}}
-            reason: PodInitializing
-            {{{{ else }}}}
-            reason: ImagePullBackOff
-            message: {{{{ printf "Back-off pulling image %q: ErrImagePull: failed to pull and unpack image" .image | Quote }}}}
-            {{{{ end }}}}
-      {{{{ end }}}}
-      hostIP: {{{{ NodeIPWith .spec.nodeName | Quote }}}}
-      hostIPs: [{{{{ printf "{{ip: %q}}" (NodeIPWith .spec.nodeName) }}}}]
-      phase: Pending
-      startTime: {{{{ $now | Quote }}}}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-pod-ready
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending']
-    - key: '.spec.nodeName'
-      operator: 'Exists'
-    - key: '{_PULL_ERROR_JQ}'
-      operator: 'NotIn'
-      values: ['true']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values: ['True']
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      conditions:
-      - {{type: PodReadyToStartContainers, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: Initialized, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: Ready, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: ContainersReady, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - name: {{{{ .name | Quote }}}}
-        image: {{{{ .image | Quote }}}}
-        imageID: {{{{ printf "%s@sha256:0000000000000000000000000000000000000000000000000000000000000000" .image | Quote }}}}
-        containerID: {{{{ printf "containerd://%s" .name | Quote }}}}
-        ready: true
-        started: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{{{ $now | Quote }}}}
-      {{{{ end }}}}
-      {{{{ with .spec.initContainers }}}}
-      initContainerStatuses:
-      {{{{ range . }}}}
-      - name: {{{{ .name | Quote }}}}
-        image: {{{{ .image | Quote }}}}
-        imageID: ""
-        ready: true
-        started: false
-        restartCount: 0
-        state:
-          terminated: {{exitCode: 0, reason: Completed, startedAt: {{{{ $now | Quote }}}}, finishedAt: {{{{ $now | Quote }}}}}}
-      {{{{ end }}}}
-      {{{{ end }}}}
-      hostIP: {{{{ NodeIPWith .spec.nodeName | Quote }}}}
-      hostIPs: [{{{{ printf "{{ip: %q}}" (NodeIPWith .spec.nodeName) }}}}]
-      podIP: {{{{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}}}
-      phase: Running
-      startTime: {{{{ $now | Quote }}}}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-pod-finish
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '{_ENDS_FIRST_JQ}'
-      operator: 'In'
-      values: ['true']
-  weight: 5
-  delay:
-    durationMilliseconds: 1000
-    durationFrom:
-      expressionFrom: '{_RUN_FOR_JQ}'
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      {{{{ $a := or .metadata.annotations dict }}}}
-      {{{{ $scenario := index $a "sim.ce-k8s.io/scenario" | default "" }}}}
-      {{{{ $found := regexFind "(^| )exit=[0-9]+" $scenario }}}}
-      {{{{ $said := regexReplaceAll ".*exit=" $found "" }}}}
-      {{{{ $oom := regexMatch "(^| )oom-after=" $scenario }}}}
-      {{{{ $code := or (index $a "{EXIT_CODE}") (ternary "137" "" $oom) $said "0" | atoi }}}}
-      {{{{ $reason := or (index $a "{REASON}") (ternary "OOMKilled" "" $oom) (ternary "Completed" "Error" (eq $code 0)) }}}}
-      {{{{ $started := $now }}}}
-      {{{{ range .status.containerStatuses }}}}{{{{ with .state.running }}}}{{{{ $started = .startedAt }}}}{{{{ end }}}}{{{{ end }}}}
-      conditions:
-      - {{type: PodReadyToStartContainers, status: "False", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: Initialized, status: "True", lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - name: {{{{ .name | Quote }}}}
-        image: {{{{ .image | Quote }}}}
-        imageID: {{{{ printf "%s@sha256:0000000000000000000000000000000000000000000000000000000000000000" .image | Quote }}}}
-        containerID: {{{{ printf "containerd://%s" .name | Quote }}}}
-        ready: false
-        started: false
-        restartCount: 0
-        state:
-          terminated:
-            exitCode: {{{{ $code }}}}
-            reason: {{{{ $reason | Quote }}}}
-            startedAt: {{{{ $started | Quote }}}}
-            finishedAt: {{{{ $now | Quote }}}}
-      {{{{ end }}}}
-      phase: {{{{ ternary "Succeeded" "Failed" (eq $code 0) }}}}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-pod-deadline
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '{_DEADLINE_FIRST_JQ}'
-      operator: 'In'
-      values: ['true']
-  weight: 5
-  delay:
-    durationMilliseconds: 1000000000
-    durationFrom:
-      expressionFrom: '.spec.activeDeadlineSeconds | tostring | . + "s"'
-  next:
-    statusTemplate: |
-      {{{{ $now := Now }}}}
-      {{{{ $started := $now }}}}
-      {{{{ range .status.containerStatuses }}}}{{{{ with .state.running }}}}{{{{ $started = .startedAt }}}}{{{{ end }}}}{{{{ end }}}}
-      conditions:
-      - {{type: Ready, status: "False", reason: PodFailed, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      - {{type: ContainersReady, status: "False", reason: PodFailed, lastTransitionTime: {{{{ $now | Quote }}}}}}
-      containerStatuses:
-      {{{{ range .spec.containers }}}}
-      - name: {{{{ .name | Quote }}}}
-        image: {{{{ .image | Quote }}}}
-        imageID: ""
-        ready: false
-        started: false
-        restartCount: 0
-        state:
-          terminated: {{exitCode: 137, reason: Error, startedAt: {{{{ $started | Quote }}}}, finishedAt: {{{{ $now | Quote }}}}}}
-      {{{{ end }}}}
-      message: {{{{ printf "Pod was active on the node longer than the specified deadline" | Quote }}}}
-      reason: DeadlineExceeded
-      phase: Failed
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: cek8s-pod-delete
-spec:
-  resourceRef: {{apiGroup: v1, kind: Pod}}
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-  next:
-    delete: true
-"""
+def _documents() -> str:
+    """The Stage documents of the data file, without its header (comments for its reader, up to `---`)."""
+    text = resources.files("ce_k8s.real").joinpath(_DATA_FILE).read_text(encoding="utf-8")
+    header, sep, documents = text.partition("\n---\n")
+    if not sep or not all(line.startswith("#") for line in header.splitlines()):
+        raise ValueError(f"{_DATA_FILE}: expected a header of comments, then `---` and the Stages")
+    return documents
+
+
+def _fill(text: str, values: Mapping[str, str]) -> str:
+    """`text` with each `${name}` replaced by `values[name]` (a name it lacks is a KeyError: a typo).
+
+    A value's lines after its first are indented as the placeholder's line is, so a block of
+    several lines lands inside the YAML block scalar that holds the placeholder.
+    """
+    def one(match: re.Match[str]) -> str:
+        before = text[text.rfind("\n", 0, match.start()) + 1:match.start()]   # its line, up to it
+        indent = before[:len(before) - len(before.lstrip(" "))]
+        return values[match.group(1)].replace("\n", "\n" + indent)
+
+    return _PLACEHOLDER.sub(one, text)
