@@ -95,6 +95,7 @@ def test_relist_after_restart_is_the_first_sight(agent, settings):
     cache.relist()
     assert cache.get(NAME).disruption == "EvictionByEvictionAPI"
     cache.apply_line(_event({"type": "DELETED", "object": pod_obj(deleting=True, rv="21")}))
+    agent.cache.stop()        # the fixture stops the agent's cache: this one, once it is swapped in
     agent.cache = cache
     assert_next_attempt(update(agent, reported_running_ad(settings)))
 
