@@ -65,7 +65,7 @@ def backoff(failures: int, base: float = 0.5, cap: float = 60.0) -> float:
     Backoff And Jitter"; "full jitter" would be `uniform(0, t)`). Why a floor rather than full
     jitter's spread down to zero: every caller relies on a minimum spacing of its retries.
 
-    * `agent.py` gives up saving a finished pod's log after `OUTPUT_TRIES` (5) failures and reports
+    * `outputsave.py` gives up saving a finished pod's log after `OUTPUT_TRIES` (5) failures and reports
       the completion without output: the floor guarantees the five tries span at least 7.5 s
       (0.5 + 1 + 2 + 4) of an API outage, where full jitter could spend them all at once.
     * `creator.py` retries a create refused with 429, quota or 5xx, `cache.py` relists after a

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from ce_k8s import ratelimit
-from ce_k8s.agent import agent as agent_mod
+from ce_k8s.agent import outputsave
 
 SAMPLES = 4000
 
@@ -56,9 +56,9 @@ def test_first_failure_and_the_cap(seeded):
 
 
 def test_output_tries_span_at_least_seven_and_a_half_seconds(seeded):
-    """agent.py's log saving: OUTPUT_TRIES tries with backoff(n, base=1, cap=30) between them."""
-    spans = [sum(ratelimit.backoff(n, base=1.0, cap=30.0) for n in range(1, agent_mod.OUTPUT_TRIES))
+    """outputsave.py's log saving: OUTPUT_TRIES tries with backoff(n, base=1, cap=30) between them."""
+    spans = [sum(ratelimit.backoff(n, base=1.0, cap=30.0) for n in range(1, outputsave.OUTPUT_TRIES))
              for _ in range(SAMPLES)]
-    floor = sum(min(30.0, 2.0 ** (n - 1)) / 2 for n in range(1, agent_mod.OUTPUT_TRIES))
-    assert agent_mod.OUTPUT_TRIES == 5 and floor == 7.5
+    floor = sum(min(30.0, 2.0 ** (n - 1)) / 2 for n in range(1, outputsave.OUTPUT_TRIES))
+    assert outputsave.OUTPUT_TRIES == 5 and floor == 7.5
     assert min(spans) >= floor

@@ -214,7 +214,7 @@ class Creator:
             rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             self.queue.forget(rec.pod_name)
             if exc.code == "secret-create-failed":
-                agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
+                agent.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
             return
         agent.cache.observe(pod)
         rec.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.seen_uid
@@ -224,7 +224,7 @@ class Creator:
         if rec.cleaned:        # cleanup arrived while we were creating: undo at once
             # With the uid, a cleanup that already deleted this very pod is seen (deletions.py):
             # the pod is deleted once, and its Secret is not deleted by name after a 404.
-            agent._delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
+            agent.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
 
     def _retry(self, rec, message: str) -> None:
         """A temporary failure: the pod's key comes back after its own back-off (and an update poll
@@ -386,7 +386,7 @@ class Creator:
         """Log, count and remember the API server's `Warning` headers on a write for `pod`
         (ce_k8s.agent.apiwarnings): each text once per pod (its JobRecord), never a hold.
 
-        `rec` keeps the notes the update replies add to `K8sPodReason` (Agent._with_warnings);
+        `rec` keeps the notes the update replies add to `K8sPodReason` (update.with_warnings);
         without one (a test's direct call) the warnings are only logged and counted.
         """
         try:
@@ -448,7 +448,7 @@ class Creator:
 
 @dataclasses.dataclass(frozen=True)
 class _Named:
-    """Just enough of a PodInfo for Agent._delete_async."""
+    """Just enough of a PodInfo for Deleter.delete_async."""
 
     name: str
     namespace: str

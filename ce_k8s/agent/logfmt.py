@@ -45,6 +45,13 @@ class fields:  # lower-case: used like a function, log.info("%s", fields(event=.
     __repr__ = __str__
 
 
+def short_error(exc: BaseException) -> str:
+    """An exception as one short value for `error=`: its type and text on one line, under 300 characters."""
+    text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) < 300 else text[:297] + "..."
+
+
 def parse(line: str) -> dict[str, str]:
     """The fields of one formatted line (tests and tools): the inverse of `fields`."""
     out: dict[str, str] = {}

@@ -18,7 +18,7 @@ current one; the cleanup removes the saved entry while holding the same lock. So
 first, nothing of that pod is on disk once the cleanup has returned.
 
 A tombstone names the pod's uid, not only its name: a pod name never created before a cleanup may
-later be given to a pod of a re-routed job (`Agent._renamed_after_cleanup`), whose output is
+later be given to a pod of a re-routed job (`Updates._renamed_after_cleanup`, update.py), whose output is
 wanted. A cleanup that knows no uid (no pod of that name was ever seen) still ends a fetch in
 flight but leaves no tombstone. And an update that names a closed pod reopens it: the router
 cleans a routed job up when a status push fails and routes the source job again

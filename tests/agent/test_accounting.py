@@ -213,14 +213,14 @@ def test_a_history_directory_that_becomes_usable_later_gets_the_files(cluster, s
     settings = replace_settings(settings, per_job_history_dir=str(blocked), usage_interval=0.1)
     agent = new_agent(cluster, settings)
     try:
-        assert agent.history is None
+        assert agent.accounting.history is None
         ad = routed_ad(Path(settings.spool))
         update(agent, ad)
         run_to_completion(agent, ad)
-        assert NAME in agent._history_retry
+        assert NAME in agent.accounting._history_retry
         blocked.unlink()
-        agent.collect_garbage()
-        assert agent.history is not None and not agent._history_retry
+        agent.garbage.collect()
+        assert agent.accounting.history is not None and not agent.accounting._history_retry
         (path,) = history_files(blocked)
         assert one_ad(path)["K8sPodName"] == NAME
     finally:

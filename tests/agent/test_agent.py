@@ -245,8 +245,8 @@ def test_gc_deletes_finished_untouched_pods_only(server, settings):
         set_status(server, {"phase": "Succeeded"}, names[0])
         set_status(server, {"phase": "Running"}, names[1])
         wait(lambda: agent.cache.get(names[0]).phase == "Succeeded" and agent.cache.get(names[1]).phase == "Running")
-        assert agent.collect_garbage(now=time.time()) == []          # touched just now
-        victims = agent.collect_garbage(now=time.time() + 5)
+        assert agent.garbage.collect(now=time.time()) == []          # touched just now
+        victims = agent.garbage.collect(now=time.time() + 5)
         assert victims == [names[0]]                                 # never the running one
         wait(lambda: stored(server, names[0]) is None)
         assert stored(server, names[1]) is not None

@@ -83,7 +83,7 @@ def test_cleanup_that_overtakes_the_creators_last_steps_deletes_the_pod_once(ser
         assert agent.effects.settle(30)                 # every delete the creator queued has run
         assert deletes(server) == (before[0] + 1, before[1])
         assert agent.cache.get(NAME) is None            # no ghost of the deleted pod
-        assert agent.collect_garbage() == []
+        assert agent.garbage.collect() == []
         assert deletes(server) == (before[0] + 1, before[1])
     finally:
         go.set()
@@ -103,7 +103,7 @@ def test_gc_run_while_the_cleanups_delete_is_in_flight_leaves_the_pod_to_it(serv
         def delete(name, namespace, **kwargs):
             if not gc_ran.is_set():
                 gc_ran.set()
-                collected.append(agent.collect_garbage())     # the GC thread's pass, mid-request
+                collected.append(agent.garbage.collect())     # the GC thread's pass, mid-request
             return real(name, namespace, **kwargs)
 
         agent.calls.delete_namespaced_pod = delete
@@ -140,7 +140,7 @@ def test_gc_run_before_the_watch_reports_the_cleanups_delete_leaves_the_pod_alon
             try:
                 reply = real(name, namespace, **kwargs)
                 assert agent.cache.get(NAME) is not None and not agent.cache.get(NAME).deleting
-                collected.append(agent.collect_garbage())     # before the DELETED event is applied
+                collected.append(agent.garbage.collect())     # before the DELETED event is applied
             finally:
                 events_flow.set()
             return reply
@@ -166,7 +166,7 @@ def test_cleanup_after_the_gc_took_the_pod_counts_that_delete(server, settings):
 
         def done_then_gc(names):
             record_done(names)
-            collected.append(agent.collect_garbage())
+            collected.append(agent.garbage.collect())
 
         agent.journal.record_done = done_then_gc
         before = deletes(server)
@@ -179,7 +179,7 @@ def test_cleanup_after_the_gc_took_the_pod_counts_that_delete(server, settings):
 
 
 def test_cleanup_while_a_hold_deletes_the_pod_waits_for_that_delete(server, settings):
-    """A hold's delete (`_delete_async`) is on its way when the cleanup comes: the cleanup waits for
+    """A hold's delete (`Deleter.delete_async`) is on its way when the cleanup comes: the cleanup waits for
     it and reports its outcome instead of sending a second delete."""
     agent = new_agent(server, settings, gc_interval=3600)
     try:
@@ -195,7 +195,7 @@ def test_cleanup_while_a_hold_deletes_the_pod_waits_for_that_delete(server, sett
 
         agent.calls.delete_namespaced_pod = delete
         before = deletes(server)
-        agent._delete_async(agent.cache.get(NAME), why="hold", job="104711.0")
+        agent.deleter.delete_async(agent.cache.get(NAME), why="hold", job="104711.0")
         assert in_hold.wait(30)
         reply: list[tuple[str, list[bytes]]] = []
         cleanup = threading.Thread(target=lambda: reply.append(agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ce_k8s.agent import agent as agent_mod
+from ce_k8s.agent import update as update_mod
 from ce_k8s.pods.names import pod_name, secret_name
 
 from .conftest import GJID, new_agent, routed_ad, text_of, wait
@@ -55,14 +55,14 @@ def test_f2_young_pod_waiting_after_restart_gets_its_secret(server, settings, mo
     server.faults.clear()
     set_status(server, {"phase": "Pending", "containerStatuses": [
         {"name": "pilot", "state": {"waiting": {"reason": "ContainerCreating"}}}]})
-    monkeypatch.setattr(agent_mod, "ENSURE_SECRET_AFTER", 3600)
+    monkeypatch.setattr(update_mod, "ENSURE_SECRET_AFTER", 3600)
     second = new_agent(server, settings)
     try:
         wait(lambda: second.cache.get(NAME) and second.cache.get(NAME).waiting_reason == "ContainerCreating")
         update(second, ad)
         assert second.jobs[NAME].create.state == "none"       # undecided, not "done"
         assert stored(server, secret_name(NAME), "secrets") is None
-        monkeypatch.setattr(agent_mod, "ENSURE_SECRET_AFTER", 0)
+        monkeypatch.setattr(update_mod, "ENSURE_SECRET_AFTER", 0)
         update(second, ad)
         wait(lambda: stored(server, secret_name(NAME), "secrets"))
         assert len(_pods(server)) == 1
@@ -81,7 +81,7 @@ def test_f3_rerun_of_a_seen_and_vanished_pod_never_posts_it_again(agent, server,
     wait(lambda: agent.cache.get(NAME) is None)
     agent.cache.gone.pop(NAME, None)                # no tombstone: only the uid proves the pod existed
     rec.failures, rec.create.state = 1, "retry"     # as after a lost answer
-    agent._queue_create(rec, text_of(ad).decode())
+    agent.updates.queue_create(rec, text_of(ad).decode())
     wait(lambda: rec.create.state == "done")
     assert _pods(server) == [] and server.calls[("create", "pods")] == 2   # the POST, then one dry run
 

@@ -54,7 +54,7 @@ def test_pilot_account_sees_only_its_own_jobs(agent, server, settings):
         make_spool(Path(settings.spool).parent, cluster)
     mine = routed_ad(Path(settings.spool), owner="alice", gjid="ce#1.0#1", cluster=1)
     theirs = routed_ad(Path(settings.spool), owner="bob", gjid="ce#2.0#1", cluster=2)
-    agent._uids.update({"alice": 50001, "bob": 50002})
+    agent.access._uids.update({"alice": 50001, "bob": 50002})
     for ad in (mine, theirs):
         update(agent, ad)
     wait(lambda: agent.cache.get(pod_name("ce#1.0#1", 0)) and agent.cache.get(pod_name("ce#2.0#1", 0)))

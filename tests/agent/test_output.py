@@ -64,12 +64,12 @@ def logs(agent, ad, uid=0):
 def test_completion_is_reported_only_after_the_output_is_saved(agent, server, settings):
     """hook-protocol.md §2.3/§2.4: once JobStatus = 4 is out, finalize follows; the log must be safe before that."""
     gate = threading.Event()
-    real = agent.read_logs
+    real = agent.logs.read
 
     def slow(pod, limit):
         gate.wait(10)
         return real(pod, limit)
-    agent.read_logs = slow
+    agent.logs.read = slow
     ad = started(agent, server, settings)
     finish(server)
     wait(lambda: agent.cache.get(NAME).phase == "Succeeded")
@@ -121,12 +121,12 @@ def test_output_is_cut_at_the_limit_with_a_note_in_err(server, settings):
 
 def test_pod_gone_before_its_log_was_saved_completes_with_a_note(agent, server, settings):
     """The pod vanished after finishing (seen by the watch): completion is not blocked for ever."""
-    agent.read_logs = lambda pod, limit: (_ for _ in ()).throw(RuntimeError("no API"))   # never saved live
+    agent.logs.read = lambda pod, limit: (_ for _ in ()).throw(RuntimeError("no API"))   # never saved live
     ad = started(agent, server, settings)
     finish(server)
     wait(lambda: agent.cache.get(NAME).phase == "Succeeded")
-    agent.read_logs = type(agent).read_logs.__get__(agent)
-    agent._output_tries.clear()
+    agent.logs.read = type(agent.logs).read.__get__(agent.logs)
+    agent.saver.tries.clear()
     server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
     wait(lambda: agent.cache.get(NAME) is None)
     wait(lambda: update(agent, ad).get("JobStatus") == 4 or ad["JobStatus"] == 4)
@@ -205,7 +205,7 @@ def test_a_fetch_in_flight_at_cleanup_saves_nothing(agent, server, settings):
         reading.set()
         cleaned.wait(30)
         return b"late output\n", b"", False
-    agent.read_logs = held
+    agent.logs.read = held
     ad = started(agent, server, settings)
     finish(server)
     assert reading.wait(30)

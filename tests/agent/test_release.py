@@ -98,7 +98,7 @@ def test_live_pod_of_a_waiting_source_is_released_and_adopted_by_the_rerouted_jo
     _status, parts = agent.handle(protocol.VERB_UPDATE, text_of(again), 0)
     assert parts[0] == b""
     assert NEXT not in agent.jobs and agent.jobs[NAME].routed_job == "104712.0"
-    agent.collect_garbage(now=time.time() + 10_000)              # no grace applies to an adopted pod
+    agent.garbage.collect(now=time.time() + 10_000)              # no grace applies to an adopted pod
     assert pods(server) == [NAME] and server.calls[("create", "pods")] == 1
 
 
@@ -168,13 +168,13 @@ def test_unknown_source_is_released_until_the_grace_and_a_second_cleanup_renews_
         status, parts = cleanup(agent, ad)
         assert status == protocol.STATUS_OK and b"released" in parts[0] and b"unknown" in parts[0]
         first = agent.journal.released_at(NAME)
-        assert agent.collect_garbage(now=first + 299) == [] and pods(server) == [NAME]
+        assert agent.garbage.collect(now=first + 299) == [] and pods(server) == [NAME]
         time.sleep(0.2)
         assert cleanup(agent, ad)[0] == protocol.STATUS_OK           # the next poll: renewed
         second = agent.journal.released_at(NAME)
         assert second > first + 0.1 and probe.asked == ["4711.0", "4711.0"]
-        assert agent.collect_garbage(now=first + 300.05) == [] and pods(server) == [NAME]
-        assert agent.collect_garbage(now=second + 300) == [NAME]
+        assert agent.garbage.collect(now=first + 300.05) == [] and pods(server) == [NAME]
+        assert agent.garbage.collect(now=second + 300) == [NAME]
         wait(lambda: stored(server) is None)
         assert agent.journal.released_at(NAME) is None
         assert PostJournal(agent.output.directory).released_at(NAME) is None     # and on disk
@@ -232,8 +232,8 @@ def test_released_pod_expires_after_a_restart_without_adoption(server, settings)
         first.stop()
     second = new_agent(server, settings, source_probe=FixedProbe(UNKNOWN))
     try:
-        assert second.collect_garbage(now=released + 299) == []
-        assert second.collect_garbage(now=released + 301) == [NAME]
+        assert second.garbage.collect(now=released + 299) == []
+        assert second.garbage.collect(now=released + 301) == [NAME]
         wait(lambda: stored(server) is None)
     finally:
         second.stop()
@@ -293,7 +293,7 @@ def test_update_naming_a_released_pod_claims_it(waiting, server, settings):
     cleanup(agent, ad)
     update(agent, ad)
     assert agent.journal.released_at(NAME) is None
-    agent.collect_garbage(now=time.time() + 10_000)
+    agent.garbage.collect(now=time.time() + 10_000)
     assert pods(server) == [NAME]
 
 
@@ -377,8 +377,8 @@ def test_default_probe_follows_the_knob(server, settings):
     from kubernetes import config as kconfig
 
     api = kconfig.new_client_from_config(config_file=server.kubeconfig_path)
-    assert isinstance(Agent(settings, api).source_probe, CondorSourceProbe)
-    assert type(Agent(settings, api, options=AgentOptions(source_probe=False)).source_probe) is SourceProbe
+    assert isinstance(Agent(settings, api).cleanups.source_probe, CondorSourceProbe)
+    assert type(Agent(settings, api, options=AgentOptions(source_probe=False)).cleanups.source_probe) is SourceProbe
 
 
 def test_knobs_are_read_from_the_configuration():

@@ -189,8 +189,8 @@ def test_a_capped_cpu_time_is_logged(settings, tmp_root, caplog):
 
     record = settled(T0, T0, 20.0)
     agent = Agent(replace_settings(settings, per_job_history_dir=str(tmp_root / "history")), client.ApiClient())
-    with caplog.at_level(logging.INFO, logger="ce_k8s.agent.agent"):
-        agent._attempt_settled(record)                      # what the collector calls (not started)
+    with caplog.at_level(logging.INFO, logger="ce_k8s.agent.jobaccounting"):
+        agent.accounting.attempt_settled(record)            # what the collector calls (not started)
     assert check_invariants(tmp_root / "history")["cpu_capped"] == 1
     text = caplog.text
     assert "event=attempt-accounted" in text and "wall_source=minimum" in text

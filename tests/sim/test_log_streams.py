@@ -1,5 +1,5 @@
 """pods/log `stream=Stdout|Stderr|All` (KEP-3288, `PodLogOptions.stream`), in the three ways a
-cluster answers it, and what the agent's `read_logs` makes of each:
+cluster answers it, and what the agent's `Logs.read` makes of each:
 
 * `split`: Kubernetes >= 1.32 with the PodLogsQuerySplitStreams feature gate on. Validation as
   kube-apiserver's ValidatePodLogOptions: a value other than All/Stdout/Stderr and `tailLines`
@@ -85,10 +85,10 @@ def agent(srv, tmp_path):
 
 
 def read_logs(agent, srv, name="p1", limit=1 << 20):
-    return agent.read_logs(PodInfo.from_dict(srv.store.get("pods", "default", name)), limit)
+    return agent.logs.read(PodInfo.from_dict(srv.store.get("pods", "default", name)), limit)
 
 
-# ---- the agent's read_logs, real client against the emulator -------------------------------------
+# ---- the agent's Logs.read, real client against the emulator -------------------------------------
 
 @pytest.mark.parametrize("mode", ["split"])
 def test_split_on_agent_gets_stdout_and_stderr_apart(srv, agent, pod_body):
