@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 from ce_k8s import protocol
-from ce_k8s.agent.cache import PodCache
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import pod_name
 
@@ -91,13 +90,17 @@ def test_relist_after_restart_is_the_first_sight(agent, settings):
                                    "items": [pod_obj(disruption=True, deleting=True)]}).encode()
             return R()
 
-    cache = PodCache(OneList(), "x")
+    # The agent's own cache (every part of the agent reads it) relists from the LIST above, as
+    # after a restart or a 410; its watch against the emulator is stopped first.
+    cache = agent.cache
+    cache.stop()
+    cache.api = OneList()
     cache.relist()
     assert cache.get(NAME).disruption == "EvictionByEvictionAPI"
     cache.apply_line(_event({"type": "DELETED", "object": pod_obj(deleting=True, rv="21")}))
-    agent.cache.stop()        # the fixture stops the agent's cache: this one, once it is swapped in
-    agent.cache = cache
-    assert_next_attempt(update(agent, reported_running_ad(settings)))
+    out = update(agent, reported_running_ad(settings))
+    assert_next_attempt(out)
+    assert "EvictionByEvictionAPI" in out["K8sPodReason"], out    # the LIST's evidence, not "vanished"
 
 
 def test_deletion_without_any_sign_of_disruption_is_pod_deleted(agent, settings):
