@@ -17,8 +17,6 @@ only that schedd's jobs) that a client outside the root reaches with an IDTOKEN.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,33 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ce_k8s.real.bedcli import progress, run_bed
     from ce_k8s.real.condor import RealCondorError
     from ce_k8s.real.stockce import real_condor
 
-    def progress(msg: str) -> None:
-        sys.stderr.write(f"ce-k8s testbed: {msg}\n")
-        sys.stderr.flush()
-
-    try:
-        env = real_condor(args.state, args.root, htcondor=args.htcondor, ce_config=args.ce_config,
-                          batch=args.batch)
-    except RealCondorError as exc:
-        sys.stderr.write(f"ce-k8s testbed real-condor {args.action}: {exc}\n")
-        return 2
-    try:
-        if args.action == "up":
-            env.up(poll=args.poll, nodes=args.nodes, time_scale=args.time_scale, progress=progress)
-        elif args.action == "down":
-            env.down(progress=progress)
-        else:
-            status = env.status()
-            if args.json:
-                print(json.dumps(status, sort_keys=True))
-            else:
-                for key, value in sorted(status.items()):
-                    print(f"{key}: {value}")
-            return 0 if status.get("up") else 3
-    except RealCondorError as exc:
-        sys.stderr.write(f"ce-k8s testbed real-condor {args.action}: {exc}\n")
-        return 2
-    return 0
+    return run_bed(
+        "real-condor", args.action,
+        lambda: real_condor(args.state, args.root, htcondor=args.htcondor, ce_config=args.ce_config, batch=args.batch),
+        up=lambda env: env.up(poll=args.poll, nodes=args.nodes, time_scale=args.time_scale, progress=progress),
+        errors=(RealCondorError,), as_json=args.json)

@@ -15,8 +15,6 @@ ServiceAccount's token) to <state>/kubeconfig. docs/real-kubernetes.md.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,33 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ce_k8s.real.bedcli import progress, run_bed
     from ce_k8s.real.kube import RealKube, RealKubeError
     from ce_k8s.real.kubebuild import BuildError, build
     from ce_k8s.real.node import RealNodeError
     from ce_k8s.real.noderuntime import NodeBuildError
 
-    def progress(msg: str) -> None:
-        sys.stderr.write(f"ce-k8s testbed: {msg}\n")
-        sys.stderr.flush()
-
-    env = RealKube(args.state, minor=args.kubernetes)
-    try:
-        if args.action == "build":
-            bins = build(args.kubernetes, progress=progress)
-            print(bins.bin)
-        elif args.action == "up":
-            env.up(nodes=args.nodes, time_scale=args.time_scale, progress=progress, real_nodes=args.real_nodes)
-        elif args.action == "down":
-            env.down(progress=progress)
-        else:
-            status = env.status()
-            if args.json:
-                print(json.dumps(status, sort_keys=True))
-            else:
-                for key, value in sorted(status.items()):
-                    print(f"{key}: {value}")
-            return 0 if status.get("up") else 3
-    except (RealKubeError, BuildError, RealNodeError, NodeBuildError) as exc:
-        sys.stderr.write(f"ce-k8s testbed real-kube {args.action}: {exc}\n")
-        return 2
-    return 0
+    return run_bed(
+        "real-kube", args.action, lambda: RealKube(args.state, minor=args.kubernetes),
+        up=lambda env: env.up(nodes=args.nodes, time_scale=args.time_scale, progress=progress,
+                              real_nodes=args.real_nodes),
+        errors=(RealKubeError, BuildError, RealNodeError, NodeBuildError), as_json=args.json,
+        others={"build": lambda: print(build(args.kubernetes, progress=progress).bin)})
