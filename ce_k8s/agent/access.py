@@ -15,18 +15,17 @@ import pwd
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext
 from ce_k8s.agent.logfmt import fields
-from ce_k8s.hooks._common import ad_grid_resource, grid_resource_matches
+from ce_k8s.hooks._common import grid_resource_matches
 from ce_k8s.pods.names import label_value
 
 if TYPE_CHECKING:
     from ce_k8s.agent.podinfo import PodInfo
+    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Identified = tuple[dict[str, str], str | None, str]
 Reply = tuple[str, list[bytes]]
 
 
@@ -53,27 +52,23 @@ class Access:
             return True
         return bool(owner) and self._uid_of(owner) == uid
 
-    def identify(self, text: str, uid: int, verb: str) -> Identified | Reply:
-        """(scanned attributes, pod name, owner) or an error reply tuple."""
-        attrs = adtext.scan(text)
-        name = adtext.unquote(attrs.get("k8spodname"))
-        owner = adtext.unquote(attrs.get("owner")) or ""
-        if not self.authorized(owner, uid):
-            self.metrics["denied"] += 1
-            job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-            log.warning("%s", fields(event="request-denied", verb=verb, job=job, owner=owner, caller_uid=uid))
-            return (protocol.STATUS_DENIED, [f"uid {uid} may not act on jobs of {owner!r}".encode()])
-        return attrs, name, owner
+    def refusal(self, job: RoutedJob, uid: int, verb: str) -> Reply | None:
+        """The error reply when caller `uid` may not act on the routed job `job`, else None."""
+        if self.authorized(job.owner, uid):
+            return None
+        self.metrics["denied"] += 1
+        log.warning("%s", fields(event="request-denied", verb=verb, job=job.job_id, owner=job.owner, caller_uid=uid))
+        return (protocol.STATUS_DENIED, [f"uid {uid} may not act on jobs of {job.owner!r}".encode()])
 
-    def other_backend(self, text: str, attrs: dict[str, str]) -> bool:
+    def other_backend(self, job: RoutedJob) -> bool:
         """A routed job (it has `RouteName`) of another backend: its GridResource does not start with
         CE_K8S_GRID_RESOURCE (docs/routes.md "CEs with other backends", the hooks' own rule and
-        parser). The hooks never send one; an old launcher or a forged call might, and the agent then
-        answers with no record, no pod and no API call. An ad with no `RouteName` keeps the usual rules."""
-        if "routename" not in attrs:
+        parser: `RoutedJob.grid_resource`, read by it). The hooks never send one; an old launcher or a
+        forged call might, and the agent then answers with no record, no pod and no API call. An ad
+        with no `RouteName` keeps the usual rules."""
+        if not job.routed:
             return False
-        found = ad_grid_resource(text.encode("utf-8", "surrogateescape"))
-        return not grid_resource_matches(found, self.settings.grid_resource)
+        return not grid_resource_matches(job.grid_resource, self.settings.grid_resource)
 
 
 def same_job(pod: PodInfo, owner: str, gjid: str | None) -> bool:

@@ -65,6 +65,70 @@ def scan(text: str, wanted: frozenset[str] = WANTED) -> dict[str, str]:
     return found
 
 
+# The GridResource rule is the hooks' own (`ce_k8s.hooks._common.ad_grid_resource`, which works on the
+# bytes): a line `GridResource = "<old-syntax string>"`, the name in any case with ASCII space around
+# it (what `bytes.strip` removes), the first `=` of the line (with or without spaces), no bare `"`
+# inside the value, the last such line wins. `scan_job` applies it line by line in its one pass.
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+_GRID = "\0gridresource"          # memo mark of a raw name that is GridResource's by that rule
+_CANONICAL_JOB: dict[frozenset[str], dict[str, str | None]] = {}
+
+
+def _grid_name(name: str) -> bool:
+    """Whether `name` (what precedes a line's first `=`) names GridResource by the hooks' rule."""
+    name = name.strip(_ASCII_SPACE)
+    return len(name) == 12 and name.isascii() and name.lower() == "gridresource"
+
+
+def grid_resource_line(line: str) -> str | None:
+    """The GridResource string of one line of sPrintAd text by the hooks' rule, None if the line is not one."""
+    name, sep, value = line.partition("=")
+    if not sep or not _grid_name(name):
+        return None
+    value = value.strip(_ASCII_SPACE)
+    if len(value) < 2 or value[0] != '"' or value[-1] != '"' or '"' in value[1:-1].replace('\\"', ""):
+        return None
+    return value[1:-1].replace('\\"', '"')
+
+
+def scan_job(text: str, wanted: frozenset[str]) -> tuple[dict[str, str], str | None]:
+    """`scan(text, wanted)` and the ad's GridResource (`grid_resource_line`'s rule), in one pass.
+
+    Why one pass: the agent's verbs need both of every request (ce_k8s.agent.routedjob), and the
+    GridResource check was a second and third pass over the text (encode, then the hooks' byte
+    search). The wanted attributes are found exactly as `scan` finds them (same lines, same limits,
+    last one wins); `wanted` must not hold `gridresource`, which follows the hooks' rule instead.
+    """
+    canonical = _CANONICAL_JOB.get(wanted)
+    if canonical is None:
+        canonical = _CANONICAL_JOB.setdefault(wanted, {})
+    found: dict[str, str] = {}
+    grid = None
+    for line in text.split("\n"):
+        raw, sep, value = line.partition(" = ")
+        if not sep or not raw:
+            if "=" in line:         # `GridResource="..."` needs no spaces around its `=`
+                got = grid_resource_line(line)
+                if got is not None:
+                    grid = got
+            continue
+        name = canonical.get(raw, _UNSEEN)
+        if name is _UNSEEN:
+            low = raw.strip().lower()
+            name = low if low in wanted else _GRID if _grid_name(raw.partition("=")[0]) else None
+            if len(canonical) < _CANONICAL_MAX:
+                canonical[raw] = name
+        if name is None:
+            continue
+        if name is _GRID:
+            got = grid_resource_line(line)
+            if got is not None:
+                grid = got
+            continue
+        found[name] = value.strip()
+    return found, grid
+
+
 def quote(text: str) -> str:
     """A machine-safe old-syntax string literal: one line, `"` escaped, no backslashes."""
     # the per-character pass only when needed: pod and node names, phases and most messages are

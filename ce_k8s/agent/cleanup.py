@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext
+from ce_k8s.agent import routedjob
 from ce_k8s.agent.access import same_job
 from ce_k8s.agent.journal import valid_global_job_id
 from ce_k8s.agent.logfmt import fields
@@ -60,12 +60,13 @@ class Cleanups:
         unknown → the pod is released, not deleted, for the re-routed job to adopt (docs/agent.md
         "Released pods"); the GC deletes it if nobody does within `CE_K8S_RELEASE_GRACE`.
         """
-        got = self.access.identify(text, uid, "cleanup")
-        if isinstance(got[0], str):
-            return got
-        attrs, name, owner = got
-        if self.access.other_backend(text, attrs):
+        routed = routedjob.read(text)
+        refused = self.access.refusal(routed, uid, "cleanup")
+        if refused is not None:
+            return refused
+        if self.access.other_backend(routed):
             return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
+        name, owner = routed.pod_name, routed.owner
         if not name:
             return protocol.STATUS_NOTFOUND, [b"no K8sPodName"]
         if not self.cache.ready.is_set():
@@ -73,20 +74,19 @@ class Cleanups:
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
         now = time.time()
         rec = self.jobs.record(name, owner)
-        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-        gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
-        attempt = adtext.as_int(attrs.get("k8sattempt")) or 0
+        job = routed.job_id
+        gjid = routed.source_global_job_id
         names = [name]
         if gjid:
-            names += [pod_name(gjid, a) for a in range(attempt) if pod_name(gjid, a) != name]
+            names += [pod_name(gjid, a) for a in range(routed.attempt) if pod_name(gjid, a) != name]
             alias = self.journal.alias_of(name)
             if alias is not None and alias not in names:
                 names.append(alias)     # the pod this never-created name was given (`Updates._adopt`)
         keep = None
-        source = adtext.unquote(attrs.get("routedfromjobid")) or ""
+        source = routed.routed_from
         verdict = ""
         if gjid and valid_global_job_id(gjid):
-            keep = self.releases.keepable(name, names, owner, gjid, attrs, now)
+            keep = self.releases.keepable(name, names, owner, gjid, routed, now)
             if keep is not None:
                 verdict = self.source_probe.status(source)
                 if verdict == GONE:

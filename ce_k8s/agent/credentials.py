@@ -42,14 +42,17 @@ import posixpath
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
-from ce_k8s.agent import adtext
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.pods.errors import PodBuildError
 from ce_k8s.pods.names import secret_name
 from ce_k8s.ratelimit import backoff
+
+if TYPE_CHECKING:
+    from ce_k8s.agent.routedjob import RoutedJob
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +106,14 @@ class CredentialState:
     refreshes: int = 0                        # Secret patches that carried a new credential
 
 
-def credential_paths(attrs: dict[str, str], spool: str) -> tuple[str, ...]:
-    """The absolute credential paths the scanned routed ad names (relative ones below `Iwd`), only
+def credential_paths(job: RoutedJob, spool: str) -> tuple[str, ...]:
+    """The absolute credential paths the routed ad names (relative ones below `Iwd`), only
     those below the spool: the agent does not even `lstat` a path a caller names elsewhere (a
     `ScitokensFile` outside the spool is the factory's own token, never in the Secret)."""
-    iwd = adtext.unquote(attrs.get("iwd")) or ""
+    iwd = job.iwd
     root = posixpath.normpath(spool) + "/"
     paths = []
-    for name in ("x509userproxy", "scitokensfile"):
-        value = adtext.unquote(attrs.get(name))
+    for value in (job.x509userproxy, job.scitokensfile):
         if not value:
             continue
         if not value.startswith("/"):
@@ -148,7 +150,7 @@ class CredentialRefresher:
 
     # -- hot path ------------------------------------------------------------------------------
 
-    def check(self, rec, attrs: dict[str, str], text: str, uid: int | None, pod, now: float) -> None:
+    def check(self, rec, job: RoutedJob, text: str, uid: int | None, pod, now: float) -> None:
         """Queue a refresh when a credential file of this live pod changed since the Secret got it.
 
         Cost when nothing changed: one `lstat` per credential file and a tuple comparison.
@@ -157,7 +159,7 @@ class CredentialRefresher:
         if cs is None:
             cs = rec.cred = CredentialState()
         if cs.paths is None:
-            cs.paths = credential_paths(attrs, self.agent.settings.spool)
+            cs.paths = credential_paths(job, self.agent.settings.spool)
         if not cs.paths:
             return
         seen = tuple(map(signature, cs.paths))

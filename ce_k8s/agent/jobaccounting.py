@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ce_k8s.agent import adtext
 from ce_k8s.agent.accounting import UsageCollector, attempt_wall, history_ad, routed_attrs
 from ce_k8s.agent.history import HistoryWriter
 from ce_k8s.agent.logfmt import fields
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from ce_k8s.agent.cache import PodCache
     from ce_k8s.agent.jobs import JobTable
     from ce_k8s.agent.podinfo import PodInfo
+    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class JobAccounting:
             self._history_retry[pod.name] = record
             log.warning("%s", fields(event="history-write-failed", pod=pod.name, error=exc.strerror, action="retry"))
 
-    def with_usage(self, desired: dict[str, object], pod: PodInfo | None, attrs: dict[str, str],
+    def with_usage(self, desired: dict[str, object], pod: PodInfo | None, job: RoutedJob,
                    now: float) -> dict[str, object]:
         """Add the attempt's usage to a reply that ends the attempt (completed, held, next attempt).
 
@@ -131,11 +131,7 @@ class JobAccounting:
             # The end that goes with the wall time (docs/accounting.md "Wall time and the CPU bound"):
             # later than the pod's `finishedAt` only by the second its truncation hid.
             out["CompletionDate"] = end
-        try:
-            base = float(adtext.unquote(attrs.get("remotewallclocktime")) or 0.0)
-        except ValueError:
-            base = 0.0
-        out["RemoteWallClockTime"] = round(base + wall, 3)
+        out["RemoteWallClockTime"] = round(job.remote_wall_clock_time + wall, 3)
         out["LastRemoteWallClockTime"] = wall
         return out
 

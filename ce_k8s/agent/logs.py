@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext
+from ce_k8s.agent import routedjob
 from ce_k8s.agent.access import same_job
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.pods.names import label_value
@@ -55,14 +55,15 @@ class Logs:
     def handle(self, text: str, uid: int) -> tuple[str, list[bytes]]:
         """[spool root, stdout, stderr] of the job's pod for the finalize hook: the saved output, else
         the live pod's log; a note on stderr says why output is missing or cut."""
-        got = self.access.identify(text, uid, "logs")
-        if isinstance(got[0], str):
-            return got
-        attrs, name, owner = got
-        if self.access.other_backend(text, attrs):
+        routed = routedjob.read(text)
+        refused = self.access.refusal(routed, uid, "logs")
+        if refused is not None:
+            return refused
+        if self.access.other_backend(routed):
             return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
-        gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
-        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
+        name, owner = routed.pod_name, routed.owner
+        gjid = routed.source_global_job_id
+        job = routed.job_id
         saved = self.output.load(name) if name else None
         if saved is not None:
             meta, out, err = saved

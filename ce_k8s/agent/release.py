@@ -17,7 +17,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from ce_k8s.agent import adtext
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.status import CREATE_DONE, HELD, CreateInfo, JobView, decide
 from ce_k8s.pods.names import label_value, pod_name
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from ce_k8s.agent.journal import PostJournal
     from ce_k8s.agent.options import AgentOptions
     from ce_k8s.agent.podinfo import PodInfo
+    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,20 +64,20 @@ class Releases:
         return (bool(gjid) and pod.global_job_id == gjid and bool(pod.owner)
                 and pod.owner in (owner, label_value(owner)) and pod_name(gjid, pod.attempt) == pod.name)
 
-    def held_by_agent(self, pod: PodInfo, attrs: dict[str, str], now: float) -> bool:
+    def held_by_agent(self, pod: PodInfo, job: RoutedJob, now: float) -> bool:
         """Whether the agent holds (or is about to hold) the job of `pod`: then its pod goes."""
         rec = self.jobs.get(pod.name)
-        if (rec is not None and rec.job_status == HELD) or adtext.as_int(attrs.get("jobstatus")) == HELD:
+        if (rec is not None and rec.job_status == HELD) or job.job_status == HELD:
             return True
         s = self.settings
-        view = JobView(pod_name=pod.name, attempt=pod.attempt,
-                       max_attempts=adtext.as_int(attrs.get("k8smaxattempts")) or s.max_attempts,
-                       pending_timeout=adtext.as_int(attrs.get("k8spendingtimeout")) or s.pending_timeout)
+        # the pod's own attempt and the route's limits only, not the ad's state (`RoutedJob.job_view` is the update's)
+        view = JobView(pod_name=pod.name, attempt=pod.attempt, max_attempts=job.max_attempts or s.max_attempts,
+                       pending_timeout=job.pending_timeout or s.pending_timeout)
         d = decide(view, pod, None, CreateInfo(CREATE_DONE), int(now), s.image_pull_timeout, self.config_error_grace,
                    None)
         return d.attrs.get("JobStatus") == HELD
 
-    def keepable(self, name: str, names: list[str], owner: str, gjid: str | None, attrs: dict[str, str],
+    def keepable(self, name: str, names: list[str], owner: str, gjid: str | None, job: RoutedJob,
                  now: float) -> PodInfo | None:
         """The live pod a cleanup of this routed job would destroy work in, if any: the job's own pod,
         else the pod its never-created name was an alias for, else a pod of an earlier attempt that
@@ -89,7 +89,7 @@ class Releases:
             if n is None or (n != name and n != alias and self.journal.released_at(n) is None):
                 continue
             pod = self.cache.get(n)
-            if self.live(pod) and self.of_source(pod, owner, gjid) and not self.held_by_agent(pod, attrs, now):
+            if self.live(pod) and self.of_source(pod, owner, gjid) and not self.held_by_agent(pod, job, now):
                 return pod
         return None
 

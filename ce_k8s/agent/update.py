@@ -2,8 +2,9 @@
 
 Why from memory: the router forks an update hook for every routed job on every poll, so the
 agent answers from the watch cache and its job records, with no API call (docs/agent.md "What the
-agent does", Updates). The few ad lines it needs are scanned (adtext.py), the pod's state is
-mapped (status.py) and only the attributes whose rendering differs from the ad's are printed.
+agent does", Updates). The few ad lines it needs are read once into a `RoutedJob` (routedjob.py,
+one scan of the text), the pod's state is mapped (status.py) and only the attributes whose
+rendering differs from the ad's are printed.
 The same reply starts what the job needs next: the pod's create on first sight (on the work
 queue, effects.py), its delete when the job is held, a credential refresh, the adoption of a pod
 an earlier routing of the same source job released (release.py).
@@ -16,9 +17,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext, apiwarnings
+from ce_k8s.agent import adtext, apiwarnings, routedjob
 from ce_k8s.agent.access import same_job
-from ce_k8s.agent.accounting import IDENTITY_WANTED
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.outputsave import SAVING_OUTPUT
 from ce_k8s.agent.status import (
@@ -30,7 +30,6 @@ from ce_k8s.agent.status import (
     HELD,
     IDLE,
     RUNNING,
-    JobView,
     decide,
 )
 from ce_k8s.pods.names import pod_name
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from ce_k8s.agent.outputsave import OutputSaver
     from ce_k8s.agent.podinfo import PodInfo
     from ce_k8s.agent.release import Releases
+    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,18 +80,18 @@ class Updates:
 
     def handle(self, text: str, uid: int) -> tuple[str, list[bytes]]:
         """Status lines for one routed job, from the cache; starts creation on first sight."""
-        got = self.access.identify(text, uid, "update")
-        if isinstance(got[0], str):
-            return got
-        attrs, name, owner = got
-        if self.access.other_backend(text, attrs):
+        job = routedjob.read(text)
+        refused = self.access.refusal(job, uid, "update")
+        if refused is not None:
+            return refused
+        if self.access.other_backend(job):
             return protocol.STATUS_OK, [b""]          # another backend's job: nothing to say, no record
         self.metrics["updates"] += 1
-        if not name:
+        if not job.pod_name:
             return protocol.STATUS_OK, [b""]          # not routed through our translate hook
         if not self.cache.ready.is_set():
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
-        return self._update(text, uid, attrs, name, owner, time.time())
+        return self._update(text, uid, job, job.pod_name, time.time())
 
     def _never_created(self, rec: JobRecord, name: str) -> bool:
         """No pod of this name was ever made, as far as anything can tell (memory, cache, journal)."""
@@ -99,41 +99,42 @@ class Updates:
                 and not self.journal.posted(name) and self.cache.get(name) is None
                 and self.cache.get_gone(name) is None)
 
-    def _renamed_after_cleanup(self, rec: JobRecord, name: str, attrs: dict[str, str]) -> bool:
+    def _renamed_after_cleanup(self, rec: JobRecord, name: str, job: RoutedJob) -> bool:
         """Whether a cleaned-up record must be forgotten: a routed job other than the cleaned one
         names a pod that never existed. A re-routed job can name a pod the cleanup of an earlier
         routing of the same source job already saw (when that cleanup released a live pod instead,
         or the source job never got `K8sAttempt` copied); without this its create would be refused
         for ever. A pod that existed is never made again this way (docs/design.md Decision 5)."""
-        routed = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-        return bool(rec.cleaned_job) and routed != rec.cleaned_job and self._never_created(rec, name)
+        return bool(rec.cleaned_job) and job.job_id != rec.cleaned_job and self._never_created(rec, name)
 
-    def _update(self, text: str, uid: int, attrs: dict[str, str], name: str, owner: str, now: float,
+    def _update(self, text: str, uid: int, job: RoutedJob, name: str, now: float,
                 adopted: PodInfo | None = None, may_adopt: bool = True) -> tuple[str, list[bytes]]:
-        """The update reply for pod `name`. `adopted`: the released pod a re-routed job is given
-        instead of the never-created `K8sPodName` of its ad (`_adopt`); the reply then also names it."""
+        """The update reply for pod `name` of the routed job `job` (read from `text`). `adopted`: the
+        released pod a re-routed job is given instead of the never-created `K8sPodName` of its ad
+        (`_adopt`); the reply then also names it."""
+        owner = job.owner
         rec = self.jobs.record(name, owner)
-        if rec.cleaned and self._renamed_after_cleanup(rec, name, attrs):
+        if rec.cleaned and self._renamed_after_cleanup(rec, name, job):
             rec = self.jobs.fresh(name, owner)
         rec.last_touch = now
         if adopted is not None:
             rec.routed_job = ""           # another routed job owns the pod from now on
             rec.cleaned = 0.0
         if not rec.routed_job:
-            rec.routed_job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-            rec.source_job = adtext.unquote(attrs.get("routedfromjobid")) or ""
-            rec.route = adtext.unquote(attrs.get("routename")) or ""
+            rec.routed_job = job.job_id
+            rec.source_job = job.routed_from
+            rec.route = job.route_name
             # Another agent process answered an update for this pod name before (its reason line
             # is in the ad): before creating it, the creator looks for traces of an earlier pod (F1).
-            rec.check_history = "k8spodreason" in attrs and not adtext.unquote(attrs.get("k8spoduid"))
-            self.accounting.identities[name] = adtext.scan(text, IDENTITY_WANTED)   # for the attempt's history file
+            rec.check_history = job.replied and not job.pod_uid
+            self.accounting.identities[name] = job.identity()   # for the attempt's history file
         pod = self.cache.get(name)
         s = self.settings
-        gjid = adtext.unquote(attrs.get("k8ssourceglobaljobid"))
+        gjid = job.source_global_job_id
         if pod is not None and not same_job(pod, owner, gjid):
             conflict = conflict_hold(pod)
-            self.remember(rec, conflict, attrs)
-            return protocol.STATUS_OK, [adtext.changed_lines(conflict, attrs).encode()]
+            self.remember(rec, conflict, job)
+            return protocol.STATUS_OK, [adtext.changed_lines(conflict, job.attrs).encode()]
         if pod is not None:
             rec.seen_uid = pod.uid
             if adopted is None and self.journal.released_at(name) is not None:
@@ -150,24 +151,11 @@ class Updates:
                 rec.create.state = CREATE_DONE     # found by the relist after a restart, past the Secret
             # else (F2): a young pod still waiting, maybe for a Secret the dead agent never made:
             # stay undecided and look again at the next update, until ENSURE_SECRET_AFTER has passed.
-        job = JobView(
-            pod_name=name,
-            attempt=adopted.attempt if adopted is not None else adtext.as_int(attrs.get("k8sattempt")) or 0,
-            max_attempts=adtext.as_int(attrs.get("k8smaxattempts")) or s.max_attempts,
-            pending_timeout=adtext.as_int(attrs.get("k8spendingtimeout")) or s.pending_timeout,
-            job_status=adtext.as_int(attrs.get("jobstatus")),
-            pod_uid=adtext.unquote(attrs.get("k8spoduid")),
-            job_start_date=adtext.as_int(attrs.get("jobstartdate")),
-            global_job_id=gjid,
-            ce_removes_restarts=s.ce_removes_restarts,
-            retry_wait=s.retry_wait,
-            retry_after=adtext.as_int(attrs.get("k8sretryafter")),
-            num_job_starts=adtext.as_int(attrs.get("numjobstarts")),
-        )
-        next_name = pod_name(gjid, job.attempt + 1) if gjid and job.attempt < 999_999 else None
-        rec.attempt = job.attempt
+        view = job.job_view(name, adopted.attempt if adopted is not None else job.attempt, s)
+        next_name = pod_name(gjid, view.attempt + 1) if gjid and view.attempt < 999_999 else None
+        rec.attempt = view.attempt
         gone = self.cache.get_gone(name) if pod is None else None
-        decision = decide(job, pod, gone, rec.create, int(now), s.image_pull_timeout, self.config_error_grace,
+        decision = decide(view, pod, gone, rec.create, int(now), s.image_pull_timeout, self.config_error_grace,
                           next_name)
         if (decision.create and may_adopt and adopted is None and gjid and rec.create.state == CREATE_NONE
                 and not rec.seen_uid and not self.journal.posted(name)):
@@ -175,11 +163,11 @@ class Updates:
             # re-routed job may find its live pod released by the cleanup of its last routing.
             target = self.releases.adoptable(name, owner, gjid)
             if target is not None:
-                return self._adopt(text, uid, attrs, name, owner, target, now)
+                return self._adopt(text, uid, job, name, target, now)
         desired = decision.attrs
         if adopted is not None:
             desired = {"K8sPodName": name, "K8sAttempt": adopted.attempt, **desired}
-        desired = self.accounting.with_usage(desired, pod or gone, attrs, now)
+        desired = self.accounting.with_usage(desired, pod or gone, job, now)
         if (rec.note_pending or rec.note_always) and pod is not None:
             desired = with_warnings(desired, rec, pod)
         if desired.get("JobStatus") == COMPLETED and not self.saver.saved(pod or gone, now):
@@ -192,44 +180,43 @@ class Updates:
         if decision.delete and pod is not None:
             self.deleter.delete_async(pod, why="hold", job=rec.routed_job)
         elif pod is not None and rec.create.state == CREATE_DONE and not pod.finished and not pod.deleting:
-            self.credentials.check(rec, attrs, text, uid, pod, now)     # a renewed proxy/token → its Secret
+            self.credentials.check(rec, job, text, uid, pod, now)     # a renewed proxy/token → its Secret
         new_status = desired.get("JobStatus")
-        if new_status is not None and new_status != adtext.as_int(attrs.get("jobstatus")):
+        if new_status is not None and new_status != job.job_status:
             log.info("%s", fields(event="job-status", job=rec.routed_job, pod=name, status=new_status,
-                                  was=attrs.get("jobstatus"),
+                                  was=job.attrs.get("jobstatus"),
                                   reason=desired.get("HoldReason") or desired.get("K8sPodReason")))
-        self.remember(rec, desired, attrs)
-        return protocol.STATUS_OK, [adtext.changed_lines(desired, attrs).encode()]
+        self.remember(rec, desired, job)
+        return protocol.STATUS_OK, [adtext.changed_lines(desired, job.attrs).encode()]
 
-    def _adopt(self, text: str, uid: int, attrs: dict[str, str], name: str, owner: str, target: PodInfo,
+    def _adopt(self, text: str, uid: int, job: RoutedJob, name: str, target: PodInfo,
                now: float) -> tuple[str, list[bytes]]:
         """Give the re-routed job the released pod `target` instead of creating `name`: the reply sets
         `K8sPodName`/`K8sAttempt` to the pod's, the router applies it to the routed ad and pushes it to
         the schedd (JobRouter.cpp UpdateRoutedJobStatus), and from then on every hook names the pod."""
         if not self.releases.take(target, name):
             # the GC took it meanwhile: create as usual
-            return self._update(text, uid, attrs, name, owner, now, may_adopt=False)
+            return self._update(text, uid, job, name, now, may_adopt=False)
         with self.jobs.lock:
             rec = self.jobs.get(name)
             if rec is not None and rec.create.state == CREATE_NONE:
                 del self.jobs[name]            # the never-created name leaves no trace to act on
         self.metrics["readopted"] += 1
-        job = f"{attrs.get('clusterid', '?')}.{attrs.get('procid', '?')}"
-        log.info("%s", fields(event="pod-adopted", job=job, pod=target.name, namespace=target.namespace,
+        log.info("%s", fields(event="pod-adopted", job=job.job_id, pod=target.name, namespace=target.namespace,
                               source="released", alias=name, attempt=target.attempt))
-        return self._update(text, uid, attrs, target.name, owner, now, adopted=target)
+        return self._update(text, uid, job, target.name, now, adopted=target)
 
     @staticmethod
-    def remember(rec: JobRecord, desired: dict[str, object], attrs: dict[str, str]) -> None:
+    def remember(rec: JobRecord, desired: dict[str, object], job: RoutedJob) -> None:
         """Keep the job state the router will hold after this reply (for `list`)."""
         status = desired.get("JobStatus")
-        rec.job_status = status if isinstance(status, int) else adtext.as_int(attrs.get("jobstatus"))
+        rec.job_status = status if isinstance(status, int) else job.job_status
         if rec.job_status == HELD:
-            rec.hold_reason = str(desired.get("HoldReason") or adtext.unquote(attrs.get("holdreason")) or "")
+            rec.hold_reason = str(desired.get("HoldReason") or job.hold_reason or "")
         else:
             rec.hold_reason = ""
         reason = desired.get("K8sPodReason")
-        rec.reason = str(reason) if reason is not None else (adtext.unquote(attrs.get("k8spodreason")) or "")
+        rec.reason = str(reason) if reason is not None else (job.pod_reason or "")
 
     def queue_create(self, rec: JobRecord, text: str, uid: int | None = None) -> None:
         """Ask for the pod's create at its next turn on the work queue (effects.py), once: not while

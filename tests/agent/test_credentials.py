@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ce_k8s import protocol
+from ce_k8s.agent import routedjob
 from ce_k8s.agent.credentials import credential_paths
 from ce_k8s.pods.names import pod_name, secret_name
 
@@ -231,7 +232,12 @@ def test_only_paths_below_the_spool_are_watched():
     even stat'ed; relative names are taken below Iwd."""
     attrs = {"x509userproxy": '"x509up"', "iwd": '"/spool/1/0/cluster1.proc0.subproc0"',
              "scitokensfile": '"/etc/shadow"'}
-    assert credential_paths(attrs, "/spool") == ("/spool/1/0/cluster1.proc0.subproc0/x509up",)
+    assert credential_paths(_routed(attrs), "/spool") == ("/spool/1/0/cluster1.proc0.subproc0/x509up",)
     attrs = {"x509userproxy": '"/spool/../etc/shadow"', "scitokensfile": '"/spool/1/0/c/token"'}
-    assert credential_paths(attrs, "/spool/") == ("/spool/1/0/c/token",)
-    assert credential_paths({"x509userproxy": '"x509up"'}, "/spool") == ()     # relative, and no Iwd
+    assert credential_paths(_routed(attrs), "/spool/") == ("/spool/1/0/c/token",)
+    assert credential_paths(_routed({"x509userproxy": '"x509up"'}), "/spool") == ()     # relative, and no Iwd
+
+
+def _routed(attrs: dict[str, str]) -> routedjob.RoutedJob:
+    """The routed-job view of an ad with these lines (raw literals)."""
+    return routedjob.read("".join(f"{name} = {value}\n" for name, value in attrs.items()))
