@@ -15,6 +15,7 @@ once per pod, from the ad text it is queued with (creator.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,7 +57,7 @@ class RoutedJob:
     job_start_date: int | None         # JobStartDate
     num_job_starts: int | None         # NumJobStarts
     retry_after: int | None            # K8sRetryAfter
-    remote_wall_clock_time: float      # RemoteWallClockTime as a string literal (0.0 otherwise)
+    remote_wall_clock_time: float      # RemoteWallClockTime, a number literal (0.0 when absent or not a number)
     iwd: str                           # Iwd ("" when absent)
     x509userproxy: str | None          # x509userproxy: the proxy file, relative to Iwd or absolute
     scitokensfile: str | None          # ScitokensFile: the token file, likewise
@@ -90,10 +91,7 @@ def read(text: str) -> RoutedJob:
     attrs, grid = adtext.scan_job(text, ROUTED_WANTED)
     get = attrs.get
     unquote, as_int = adtext.unquote, adtext.as_int
-    try:
-        wall = float(unquote(get("remotewallclocktime")) or 0.0)
-    except ValueError:
-        wall = 0.0
+    wall = _seconds(get("remotewallclocktime"))
     return RoutedJob(
         attrs=attrs,
         job_id=f"{get('clusterid', '?')}.{get('procid', '?')}",
@@ -121,3 +119,19 @@ def read(text: str) -> RoutedJob:
         x509userproxy=unquote(get("x509userproxy")),
         scitokensfile=unquote(get("scitokensfile")),
     )
+
+
+def _seconds(raw: str | None) -> float:
+    """A number literal of the ad (`600`, `600.0`, `6e2`) as seconds; 0.0 for anything else.
+
+    HTCondor writes `RemoteWallClockTime` as a real. Until 2026-11-28 it was read as a string
+    literal, which it never is, so an attempt's wall time replaced the earlier attempts' instead of
+    adding to them; a quoted number is still accepted. An expression or a non-finite value is 0:
+    the agent does not evaluate ClassAd expressions on the update path.
+    """
+    text = adtext.unquote(raw) if raw is not None and raw.startswith('"') else raw
+    try:
+        value = float(text) if text is not None else 0.0
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0

@@ -129,12 +129,17 @@ def test_completion_carries_the_attempts_usage_and_one_history_file(cluster, set
         agent.stop()
 
 
-def test_an_evicted_attempt_is_accounted_and_the_wall_time_accumulates(cluster, settings, hist):
+@pytest.mark.parametrize("earlier_wall", [None, 600.0], ids=["first-run", "after-a-600s-run"])
+def test_an_evicted_attempt_is_accounted_and_the_wall_time_accumulates(cluster, settings, hist, earlier_wall):
+    """HTCondor's RemoteWallClockTime is cumulative over a job's runs (a real in the ad): the
+    evicted attempt's wall time is added to what the routed ad already has."""
     settings = replace_settings(settings, per_job_history_dir=str(hist), usage_interval=0.05)
     agent = new_agent(cluster, settings)
     core = client.CoreV1Api(kconfig.new_client_from_config(config_file=cluster.kubeconfig_path))
     try:
         ad = routed_ad(Path(settings.spool))
+        if earlier_wall is not None:
+            ad["RemoteWallClockTime"] = earlier_wall
         ad["K8sPodPatch"] = ('[{"op": "add", "path": "/metadata/annotations/sim.ce-k8s.io~1scenario", '
                              '"value": "run=forever"}]')
         update(agent, ad)
@@ -147,7 +152,8 @@ def test_an_evicted_attempt_is_accounted_and_the_wall_time_accumulates(cluster, 
             out = update(agent, ad)
             return out if "K8sAttempt" in out and out["K8sAttempt"] == 1 else None
         out = wait(moved, timeout=10)
-        assert out["JobStatus"] == 1 and out["RemoteWallClockTime"] == out["LastRemoteWallClockTime"] >= 0
+        assert out["JobStatus"] == 1 and out["LastRemoteWallClockTime"] >= 0
+        assert out["RemoteWallClockTime"] == pytest.approx((earlier_wall or 0.0) + out["LastRemoteWallClockTime"])
         wait(lambda: history_files(hist), timeout=10)
         (path,) = history_files(hist)
         h = one_ad(path)
