@@ -9,7 +9,7 @@ no hook samples (`agent_relist_50k_s`, `agent_relist_410_50k_s`, `agent_rss_50k_
 
 Set-up, all real code between the two emulated boundaries:
 
-1. `ce_k8s.sim.router_testbed.TestBed`: API emulator + kubelet sim, the real `ce-k8s agent`
+1. `ce_k8s.sim.testbed.TestBed`: API emulator + kubelet sim, the real `ce-k8s agent`
    process, the hook launchers `ce-k8s agent --install-hooks` writes, the router emulator with
    the shipped routes. One long-running pilot per shape (cpu8, cpu1, cms, gpu, wholenode) is
    routed until its pod runs, so we hold the *real* routed ads (update-hook stdin) and the
@@ -127,7 +127,7 @@ def _timed_testbed(base):
 def route_until_running(bed, pilots: list, timeout: float = 90.0) -> list[str]:
     """Submit `pilots`, tick the test bed until every one's routed job shows a running pod, then
     three more polls so each routed ad carries what the agent reported for it; their job ids."""
-    from ce_k8s.sim.schedd import eval_str
+    from ce_k8s.sim.condor.schedd import eval_str
 
     jobs = bed.submit(pilots)
     deadline = time.monotonic() + timeout
@@ -158,7 +158,7 @@ class WarmAgent:
 
     # -- set-up ------------------------------------------------------------------------------------
     def start(self) -> WarmAgent:
-        from ce_k8s.sim.router_testbed import TestBed
+        from ce_k8s.sim.testbed import TestBed
 
         progress(f"agent bench: starting the test bed ({self.kube_label}, agent, router), {self.target} pods")
         self.bed = self._new_bed(_timed_testbed(TestBed))
@@ -252,8 +252,8 @@ class WarmAgent:
     def _route_templates(self) -> None:
         """Route one pilot per shape until its pod runs; keep its routed ad and its pod."""
         from ce_k8s.condor import wire
+        from ce_k8s.sim.condor.schedd import eval_str
         from ce_k8s.sim.pilots import SHAPES, make_pilot
-        from ce_k8s.sim.schedd import eval_str
 
         bed = self.bed
         pilots = [make_pilot(i, shape, run_s=TEMPLATE_RUN_S) for i, (shape, _w) in enumerate(SHAPES)]

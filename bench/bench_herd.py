@@ -6,7 +6,7 @@ A CE restart makes the router re-adopt every routed job (AdoptOrphans, docs/hook
 §2.3) and fork one update hook per job in its first poll, while a restarted agent is still
 listing its pods. Set-up, real code between the emulated boundaries:
 
-1. `ce_k8s.sim.router_testbed.TestBed` (API emulator, kubelet sim, the real agent process, the
+1. `ce_k8s.sim.testbed.TestBed` (API emulator, kubelet sim, the real agent process, the
    hook launchers, the router emulator with the shipped routes) routes one long-running pilot
    per shape until its pod runs: the templates.
 2. The router and the agent are stopped, the kubelet sim too (nothing moves on its own), and
@@ -78,7 +78,7 @@ class Herd:
         self.stale: set[str] = set()
 
     def __enter__(self) -> Herd:
-        from ce_k8s.sim.router_testbed import TestBed
+        from ce_k8s.sim.testbed import TestBed
 
         progress(f"herd bench: starting the test bed, {self.jobs} routed pilots to clone")
         # Hooks forked by a spawner process with two threads, as in the pipeline benchmark, so the
@@ -109,8 +109,8 @@ class Herd:
     def _route_templates(self) -> None:
         from bench_agent import route_until_running
 
+        from ce_k8s.sim.condor.schedd import copy_ad, eval_str
         from ce_k8s.sim.pilots import SHAPES, make_pilot
-        from ce_k8s.sim.schedd import copy_ad, eval_str
 
         bed = self.bed
         pilots = [make_pilot(i, shape, run_s=TEMPLATE_RUN_S) for i, (shape, _w) in enumerate(SHAPES)]
@@ -126,8 +126,8 @@ class Herd:
         """Source job, routed job and pod for every clone, naming each other as the real path does."""
         from ce_k8s.agent.podinfo import ANN_GLOBAL_JOB_ID, ANN_ROUTED_FROM, LABEL_JOB
         from ce_k8s.pods.names import pod_name, secret_name
+        from ce_k8s.sim.condor.schedd import copy_ad
         from ce_k8s.sim.pilots import SHAPES
-        from ce_k8s.sim.schedd import copy_ad
 
         rng = random.Random(self.seed)
         schedd, store = self.bed.schedd, self.bed.server.store
@@ -175,7 +175,7 @@ class Herd:
 
     def true_status(self, only: set[str] | None = None) -> tuple[int, int]:
         """(routed jobs showing their running pod, routed jobs still in the queue), of `only` or all."""
-        from ce_k8s.sim.schedd import eval_int, eval_str
+        from ce_k8s.sim.condor.schedd import eval_int, eval_str
 
         right = present = 0
         for job in self.routed if only is None else only:
@@ -188,7 +188,7 @@ class Herd:
 
     def still_stale(self, waiting: set[str]) -> set[str]:
         """The jobs of `waiting` not yet showing their running pod (gone ones count as stale)."""
-        from ce_k8s.sim.schedd import eval_int, eval_str
+        from ce_k8s.sim.condor.schedd import eval_int, eval_str
 
         out = set()
         for job in waiting:

@@ -38,7 +38,7 @@ from ce_k8s.htcjob.operator import Operator  # noqa: E402
 from ce_k8s.htcjob.reconcile import FINALIZER, GROUP, PLURAL, VERSION  # noqa: E402
 from ce_k8s.htcjob.spec import Target  # noqa: E402
 from ce_k8s.htcjob.submitdesc import STDOUT, UID_ATTR  # noqa: E402
-from ce_k8s.real.kube import RealKube  # noqa: E402
+from ce_k8s.real.kube.kube import RealKube  # noqa: E402
 
 MANIFESTS = ROOT / "containers" / "k8s" / "htcjob"
 

@@ -6,7 +6,7 @@ Path: router emulator (shipped routes, real hook launchers, process per hook cal
 the real `ce-k8s agent` process → API emulator → kubelet sim (pods time-scaled: a pilot's
 10-30 simulated seconds last 0.5-1.5 real seconds) → back up through the update hook → finalize
 (pod logs into the job's Out/Err) → cleanup, with a GlideinWMS-like factory staging out and
-removing finished pilots (`ce_k8s.sim.router_testbed.TestBed`, the engine of `ce-k8s demo`).
+removing finished pilots (`ce_k8s.sim.testbed.TestBed`, the engine of `ce-k8s demo`).
 
 The factory (`Factory`) keeps `--depth` unfinished pilots at the CE (default 500) and tops the
 queue up after every router poll, as a GlideinWMS factory keeps an entry under its glidein limits
@@ -104,7 +104,7 @@ class Stalled(BenchError):
 
 def stuck_report(bed, limit: int = 8) -> str:
     """Why the unfinished pilots are unfinished: shape, router state, what the agent last said."""
-    from ce_k8s.sim.schedd import eval_int, eval_str
+    from ce_k8s.sim.condor.schedd import eval_int, eval_str
 
     by_kind: Counter[tuple] = Counter()
     for job, out in bed.outcomes.items():
@@ -218,25 +218,25 @@ def run(pilots: int, poll: float = 1.0, max_running_hooks: int = 64, timeout: fl
         depth: int = 500, kube_server=None) -> dict[str, float]:
     """Run `pilots` pilots through a fresh test bed and return the figures (module docstring).
 
-    `kube_server`: a real control plane (ce_k8s.real.kubeserver.RealKubeServer) instead of the
+    `kube_server`: a real control plane (ce_k8s.real.kube.kubeserver.RealKubeServer) instead of the
     emulator (bench/bench_real_kube.py); its CPU is not in these figures (the caller reads it).
     """
     if kube_server is not None:
         api_process = False
-    from ce_k8s.sim.router_testbed import TestBed
+    from ce_k8s.sim.testbed import TestBed
 
     progress(f"pipeline: measuring one bare python start ({bare_samples} samples now, as many after the run)")
     bare_before = bare_python_cpu_s(bare_samples)
     progress(f"pipeline: python -S -c pass costs {bare_before * 1e3:.2f} ms CPU; "
              f"starting the test bed, {pilots} pilots")
-    from ce_k8s.sim import router_testbed
+    from ce_k8s.sim import testbed
 
     # The demo overlay shortens the agent's GC grace to 30 s so `ce-k8s demo` ends tidy; with a
     # 2,000-pilot wave an update round takes longer than that, the GC deletes finished pods before
     # their cleanup hook does, and every such pilot costs two extra 404 deletes. The bench keeps
     # the shipped grace (CE_K8S_GC_GRACE, 600 s) so the API count is the protocol's, not the demo's.
-    router_testbed.OVERLAY = router_testbed.OVERLAY.replace("CE_K8S_GC_GRACE = 30\n", "")
-    if "CE_K8S_GC_GRACE" in router_testbed.OVERLAY:
+    testbed.OVERLAY = testbed.OVERLAY.replace("CE_K8S_GC_GRACE = 30\n", "")
+    if "CE_K8S_GC_GRACE" in testbed.OVERLAY:
         progress("pipeline: WARNING: the test bed overlay still sets CE_K8S_GC_GRACE; API counts may include GC")
     tmp = tempfile.TemporaryDirectory(prefix="ce-k8s-bench-")
     config = bench_config(Path(tmp.name) / "config", qps, int(max(qps, 1)))

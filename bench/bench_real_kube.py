@@ -9,7 +9,7 @@ Issue 25, item 7. One run measures, in this order:
    `emu_agent_update_us_p99`, `emu_hook_update_ms_p99`.
 2. **emulator, pipeline** (`bench/bench_pipeline.py --pilots P` in its own process): `emu_pipeline_pilots_per_s`.
 3. **real, pipeline**: `bench_pipeline.run(kube_server=RealKubeServer)` on the real kube-apiserver,
-   etcd, controller manager, scheduler and kwok (ce_k8s.real.kube) of a bed brought up here:
+   etcd, controller manager, scheduler and kwok (ce_k8s.real.kube.kube) of a bed brought up here:
    `real_pipeline_pilots_per_s`.
 4. **real, agent**: `bench_agent.WarmAgent` with the real server behind the test bed
    (`RealWarmAgent` overrides only where the pods come from and how history is cut): one pilot
@@ -52,7 +52,7 @@ import bench_agent
 import bench_pipeline
 from common import PYTHON, BenchError, bench_env, exit_now, exit_on_sigterm, proc_cpu_s, proc_rss_mb, progress
 
-from ce_k8s.real.kube import DEFAULT_NODES
+from ce_k8s.real.kube.kube import DEFAULT_NODES
 
 HERE = Path(__file__).resolve().parent
 STATE = "/var/tmp/ce-k8s-real-kube-bench"
@@ -136,7 +136,7 @@ class RealWarmAgent(bench_agent.WarmAgent):
         self.restart_s = 0.0
 
     def _new_bed(self, bed_class):
-        from ce_k8s.real.kubeserver import RealKubeServer
+        from ce_k8s.real.kube.kubeserver import RealKubeServer
 
         self.server = RealKubeServer(self.env)
         return bed_class(seed=self.seed, max_running_hooks=8, kube_server=self.server)
@@ -276,7 +276,7 @@ def real_agent(env, cpu: ControlPlaneCpu, pods: int, hooks: int, threads: int, c
 
 
 def real_pipeline(env, cpu: ControlPlaneCpu, pilots: int, depth: int) -> dict:
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     cpu.begin()
     got = bench_pipeline.run(pilots, depth=depth, kube_server=RealKubeServer(env), bare_samples=30)
@@ -288,7 +288,7 @@ def real_pipeline(env, cpu: ControlPlaneCpu, pilots: int, depth: int) -> dict:
 
 
 def run(a: argparse.Namespace) -> dict[str, float]:
-    from ce_k8s.real.kube import RealKube
+    from ce_k8s.real.kube.kube import RealKube
 
     result: dict[str, float] = {"pods": a.pods, "pilots": a.pilots}
     emu = run_emulated("bench_agent.py", ["--pods", str(a.pods), "--hook-samples", str(a.hook_samples),

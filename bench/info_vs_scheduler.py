@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from ce_k8s.real.kube import RealKube
+    from ce_k8s.real.kube.kube import RealKube
 
     bed = RealKube(args.state)
     if not bed.status().get("up"):

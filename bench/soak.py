@@ -3,7 +3,7 @@
     python bench/soak.py --pilots 10000 --json > soak.json      # progress on stderr
     python bench/soak.py --pilots 500                          # the estimate run
 
-Issue 9, "Load and faults". The path is `ce_k8s.sim.router_testbed.TestBed` (the engine of
+Issue 9, "Load and faults". The path is `ce_k8s.sim.testbed.TestBed` (the engine of
 `ce-k8s demo`): the router emulator spawning the real hook launchers, the real `ce-k8s agent`
 process, the API emulator with its kubelet simulator, and a GlideinWMS-like factory. On top of it
 this script adds what a bad day looks like, all seeded so a run can be repeated:
@@ -294,7 +294,7 @@ def memory_report(samples: list[RssSample], keep: int = 120) -> dict[str, object
 def _testbed_class() -> type:
     """TestBed plus cluster-sized submission (imported lazily: the sim pulls in aiohttp, kubernetes)."""
     from ce_k8s.sim.pilots import spool_sandbox
-    from ce_k8s.sim.router_testbed import Outcome, TestBed
+    from ce_k8s.sim.testbed import Outcome, TestBed
 
     class SoakBed(TestBed):
         """A TestBed whose factory submits one cluster per pilot owner (GlideinWMS submits per entry).
@@ -528,7 +528,7 @@ class Soak:
         Why: a lost pilot is a finding for someone else's code, and the report must carry the
         evidence (docs/reliability.md, "Findings of the first run"), not just a count.
         """
-        from ce_k8s.sim.schedd import eval_int, eval_str
+        from ce_k8s.sim.condor.schedd import eval_int, eval_str
 
         bed = self.bed
         out = bed.outcomes[job]
@@ -744,7 +744,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.verbose:
         # Hook stderr and retried cleanups are expected under injected faults; the report counts them.
-        logging.getLogger("ce_k8s.sim.router").setLevel(logging.CRITICAL)
+        logging.getLogger("ce_k8s.sim.condor.router").setLevel(logging.CRITICAL)
     sys.stderr.write(f"soak: {cfg.pilots} pilots, seed {cfg.seed}, in flight <= {cfg.max_in_flight}\n")
     soak = Soak(cfg, progress=sys.stderr)
     # SIGTERM/SIGINT end the run early but still drain briefly, report, and close the test bed,

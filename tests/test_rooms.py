@@ -26,9 +26,11 @@ DOC = ROOT / "docs" / "internals.md"
 # back to an older name (pods/names.py: `_sha2` is 3.12's name for 3.11's `_sha256`).
 NEWER_STDLIB = frozenset({"_sha2"})
 STDLIB = frozenset(sys.stdlib_module_names) | NEWER_STDLIB
-# The test beds: the emulators (sim/) and the real environments (real/, which may use the emulators'
-# grammars; never the other way round, as the no-cycle rule keeps).
-TEST_BED_ROOMS = ("ce_k8s/sim/", "ce_k8s/real/")
+# The test beds, each with its sub-rooms: the emulators (sim/), the real environments (real/, which
+# may use the emulators' grammars; never the other way round, as the no-cycle rule keeps) and the
+# demos that run on either (demos/, which no bed imports).
+TEST_BED_ROOMS = ("ce_k8s/sim/", "ce_k8s/real/", "ce_k8s/demos/")
+TEST_BED_PACKAGES = tuple(r.rstrip("/").replace("/", ".") for r in TEST_BED_ROOMS)
 SIM_COMMAND_WORDS = frozenset({"demo", "sim", "testbed"})
 
 
@@ -293,7 +295,7 @@ def test_a_row_outside_the_test_bed_that_imported_it_would_fail():
     """The check is not vacuous: the agent row does not allow ce_k8s/sim, lazily or not."""
     agent = row_of("ce_k8s/agent/agent.py")
     assert agent is not None
-    assert not target_allowed(agent, "ce_k8s/agent/agent.py", Import("ce_k8s.sim.apiserver", 1, True))
+    assert not target_allowed(agent, "ce_k8s/agent/agent.py", Import("ce_k8s.sim.kube.apiserver", 1, True))
     assert not target_allowed(row_of("ce_k8s/hooks/update.py"), "ce_k8s/hooks/update.py",
                               Import("classad2", 1, True))
     pods = row_of("ce_k8s/pods/builder.py")
@@ -325,25 +327,35 @@ def test_hooks_load_only_the_standard_library():
 
 
 def test_no_room_that_runs_on_a_ce_imports_the_test_bed():
-    """Only the test beds themselves (ce_k8s/real may use ce_k8s/sim), and ce_k8s/cli.py lazily for
-    demo/sim/testbed, may import ce_k8s/sim or ce_k8s/real."""
+    """Only the test beds themselves (ce_k8s/real may use ce_k8s/sim, ce_k8s/demos both), and
+    ce_k8s/cli.py lazily for demo/sim/testbed, may import ce_k8s/sim, ce_k8s/real or ce_k8s/demos."""
     def bed(target: str) -> bool:
         return any(target.startswith(r) or r.startswith(target) for r in TEST_BED_ROOMS)
 
     for row in table():
-        if row.room in TEST_BED_ROOMS:
+        if row.room.startswith(TEST_BED_ROOMS):
             continue
         for p in row.allowed:
             if bed(p.target):
                 assert row.room == "ce_k8s/cli.py" and p.lazy_only, f"{row.room} may import {p.target}"
     for words, module, line in cli_commands():
-        if module.startswith(("ce_k8s.sim.", "ce_k8s.real.")):
+        if module.startswith(tuple(p + "." for p in TEST_BED_PACKAGES)):
             assert words[0] in SIM_COMMAND_WORDS, f"cli.py:{line}: '{' '.join(words)}' loads the test bed"
     for path in modules():
         if rel(path).startswith(TEST_BED_ROOMS) or rel(path) == "ce_k8s/cli.py":
             continue
-        bad = [i for i in imports_of(path) if i.module.startswith(("ce_k8s.sim", "ce_k8s.real"))]
+        bad = [i for i in imports_of(path) if i.module.startswith(TEST_BED_PACKAGES)]
         assert not bad, f"{rel(path)}:{bad[0].line} imports {bad[0].module}"
+
+
+def test_the_emulators_never_import_the_real_beds_and_no_bed_imports_the_demos():
+    """ce_k8s/sim imports neither ce_k8s/real nor ce_k8s/demos; ce_k8s/real does not import ce_k8s/demos."""
+    forbidden = {"ce_k8s/sim/": ("ce_k8s.real", "ce_k8s.demos"), "ce_k8s/real/": ("ce_k8s.demos",)}
+    for path in modules():
+        for room, targets in forbidden.items():
+            if rel(path).startswith(room):
+                bad = [i for i in imports_of(path) if i.module.startswith(targets)]
+                assert not bad, f"{rel(path)}:{bad[0].line} imports {bad[0].module}"
 
 
 def test_no_module_cycle_at_start_up():

@@ -1,5 +1,5 @@
-"""HTCJob on the real systems: the real kube-apiserver (ce_k8s.real.kube) and the real HTCondor
-bed with its batch pool (ce_k8s.real.condor, `batch=True`: a schedd whose jobs a real startd runs),
+"""HTCJob on the real systems: the real kube-apiserver (ce_k8s.real.kube.kube) and the real HTCondor
+bed with its batch pool (ce_k8s.real.condor.condor, `batch=True`: a schedd whose jobs a real startd runs),
 with `ce-k8s htcjob-operator` as a real process between them. The tests of
 tests/real/test_htcjob_condor.py and `ce-k8s demo htcjob` drive it.
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ce_k8s.real.condor import RealCondor
-from ce_k8s.real.kube import RealKube
+from ce_k8s.real.condor.condor import RealCondor
+from ce_k8s.real.kube.kube import RealKube
 
 MANIFESTS = ("crd.yaml", "namespace.yaml", "rbac.yaml")
 OPERATOR_SA = ("ce-k8s-system", "ce-k8s-htcjob-operator")

@@ -1,7 +1,7 @@
 """A pilot's outcome, as the submitter reads it from its job's ad: completed, held, removed, or not yet.
 
-Why a function of its own: both demos (the emulated `router_testbed.TestBed` and the real
-`ce_k8s.real.condordemo.RealDemo`) must name every way a pilot can end, and "lost" must mean what it
+Why a function of its own: both demos (the emulated `testbed.TestBed` and the real
+`ce_k8s.demos.condordemo.RealDemo`) must name every way a pilot can end, and "lost" must mean what it
 says: a pilot nobody can account for. On HTCondor-CE's own configuration the CE *removes* an evicted
 pilot that had started (`ENABLE_JOB_RETRIES = False` in its `SYSTEM_PERIODIC_REMOVE`; docs/real-condor.md
 "The CE's own configuration", the finding "An evicted pilot is not rerun"): the CE's job goes to

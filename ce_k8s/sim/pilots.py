@@ -8,7 +8,7 @@ they key on: ``xcount``/``maxMemory``/``maxWallTime`` from the entry's submit_at
 ``LeaveJobInQueue``. Values follow the illustrative ad of htcondor-ce.md §6.3; they are not secrets.
 
 Each pilot also carries ``DemoScenario``: what its pod will do in the kubelet simulator
-(``ce_k8s.sim.k8s_scenario`` grammar, no double quotes so it survives ``$(MY.DemoScenario)``).
+(``ce_k8s.sim.kube.scenario`` grammar, no double quotes so it survives ``$(MY.DemoScenario)``).
 """
 
 from __future__ import annotations

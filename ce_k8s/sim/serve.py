@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _faults(args: argparse.Namespace) -> object:
-    from ce_k8s.sim.k8s_faults import Faults
+    from ce_k8s.sim.kube.faults import Faults
 
     rates = [r for r in (args.fault_rate, args.fault_429, args.fault_500, args.fault_timeout, args.watch_cut)
              if r is not None]
@@ -78,7 +78,7 @@ def _faults(args: argparse.Namespace) -> object:
 
 def _enable_stats(srv: object) -> None:
     """Register the test bed's pod tracker and leftover counts behind ``GET /_sim/stats``."""
-    from ce_k8s.sim.router_testbed import PodTracker, managed_count
+    from ce_k8s.sim.testbed import PodTracker, managed_count
 
     tracker = PodTracker()
     srv.store.add_listener(tracker)  # type: ignore[attr-defined]
@@ -92,8 +92,8 @@ def _enable_stats(srv: object) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from ce_k8s.sim.apiserver import ApiServer
-    from ce_k8s.sim.cluster import parse_nodes
+    from ce_k8s.sim.kube.apiserver import ApiServer
+    from ce_k8s.sim.kube.cluster import parse_nodes
 
     if args.nodes is not None:
         parse_nodes(args.nodes)  # a bad spec fails here with a clear message
@@ -119,7 +119,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; exit code 2 on bad options."""
-    from ce_k8s.sim.cluster import NodeSpecError
+    from ce_k8s.sim.kube.cluster import NodeSpecError
 
     try:
         return asyncio.run(_serve(args))

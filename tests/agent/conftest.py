@@ -22,7 +22,7 @@ from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
 from ce_k8s.settings import Settings
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 GJID = "ce.example.org#4711.0#1760000000"
 CE = "test-ce"

@@ -25,7 +25,7 @@ from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.condor.wire import parse_old_ads
 from ce_k8s.ops.accounting import apel_fields, apel_scaling_expr, format_field
 from ce_k8s.pods.names import pod_name
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import GJID, apply_output, new_agent, replace_settings, routed_ad, text_of, wait
 

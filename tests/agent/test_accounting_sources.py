@@ -4,7 +4,7 @@ server's node proxy (`proxy`: get nodes/proxy), or nowhere (`none`); and what a 
 an exited container leaves in the record (a lower bound, said so; never a known 0).
 
 The `kubelet` source is exercised against a small HTTPS kubelet on loopback with a self-signed
-certificate (the real kubelet with webhook authorisation is played by ce_k8s.real.kubeletstub on
+certificate (the real kubelet with webhook authorisation is played by ce_k8s.real.kube.kubeletstub on
 the real control plane: tests/real/test_accounting_real.py). The `proxy` and `none` sources run the
 real agent on the emulator, whose kubelets answer at the node proxy only (docs/testbed.md).
 """
@@ -32,7 +32,7 @@ from ce_k8s.agent.accounting import (
 )
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.settings import Settings, SettingsError
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import new_agent, replace_settings, routed_ad, wait
 from .test_accounting import history_files, one_ad, run_to_completion, update

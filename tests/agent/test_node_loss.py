@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ce_k8s.pods.names import pod_name
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import GJID, new_agent, routed_ad, wait
 from .test_eviction import assert_next_attempt, update

@@ -28,9 +28,9 @@ from ce_k8s.agent.accounting import (
     routed_attrs,
 )
 from ce_k8s.agent.podinfo import PodInfo
+from ce_k8s.demos.demo_accounting import check_invariants
 from ce_k8s.ops.accounting import apel_fields
 from ce_k8s.pods.names import pod_name
-from ce_k8s.sim.demo_accounting import check_invariants
 
 from .conftest import GJID, apply_output, new_agent, replace_settings, routed_ad, text_of, wait
 

@@ -214,7 +214,7 @@ def test_a_pilot_the_ce_slurm_route_takes_passes_through_every_hook_untouched(in
 def test_demo_mixed_mode_on_the_stock_ce(installed_ce):
     """`ce-k8s demo --batch-fraction` on this configuration: its Slurm-style route first, every
     Kubernetes pilot completes, every batch pilot stays a routed grid job that ce-k8s never touched."""
-    from ce_k8s.sim.router_testbed import TestBed
+    from ce_k8s.sim.testbed import TestBed
 
     with TestBed(config=str(installed_ce.condor_config), batch_route=True, time_scale=0.02,
                  max_running_hooks=16) as bed:

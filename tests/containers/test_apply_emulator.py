@@ -1,4 +1,4 @@
-"""The manifests against the API emulator (ce_k8s/sim/apiserver.py): applied with kubectl, and
+"""The manifests against the API emulator (ce_k8s/sim/kube/apiserver.py): applied with kubectl, and
 the RBAC enforced while ce-k8s's own code runs.
 
 The emulator serves the kinds the agent uses (pods, secrets, configmaps, serviceaccounts, nodes,
@@ -22,8 +22,8 @@ from containers_helpers import KUBECTL, REPO, find, kustomize, one
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from ce_k8s.sim.apiserver import ApiServer
-from ce_k8s.sim.k8s_resources import RESOURCES
+from ce_k8s.sim.kube.apiserver import ApiServer
+from ce_k8s.sim.kube.resources import RESOURCES
 
 #: Kinds in our manifests that the emulator does not serve, and why that is acceptable: none of
 #: them is read or written by ce-k8s's code; their correctness is covered by the strict schema

@@ -35,10 +35,11 @@ PILOTS = "ce-k8s-pilots"
 SCANNED = ["ce_k8s"]
 # ops/nodes.py runs from the Slurm controller with its own identity (containers/slurm/rbac.yaml),
 # checked by tests/ops/test_slurm.py; granting node patch and evictions to the agent would be wrong.
-# The test beds (the emulators, the real control plane's tools) act as the cluster, not as the CE.
+# The test beds (the emulators, the real control plane's tools, the demos on them) act as the
+# cluster, not as the CE.
 # The HTCJob operator has its own ServiceAccount (containers/k8s/htcjob/rbac.yaml), judged on the
 # real API server with exactly that account's token (tests/real/test_htcjob_kube.py).
-EXCLUDED = ("ce_k8s/sim/", "ce_k8s/real/", "ce_k8s/ops/nodes.py", "ce_k8s/htcjob/")
+EXCLUDED = ("ce_k8s/sim/", "ce_k8s/real/", "ce_k8s/demos/", "ce_k8s/ops/nodes.py", "ce_k8s/htcjob/")
 
 # Accounting's usage sources (CE_K8S_USAGE_SOURCE, docs/accounting.md). The default reads each
 # kubelet directly: that request goes to no API path, so the scan cannot see it, yet the kubelet

@@ -1,6 +1,6 @@
 """End to end: factory pilots through the router emulator, the real hooks and agent, the API emulator.
 
-Everything between the two emulated boundaries is shipped code (ce_k8s.sim.router_testbed). These
+Everything between the two emulated boundaries is shipped code (ce_k8s.sim.testbed). These
 tests check the "Done when" list of issue 5: a pilot completes with its exit code and returned
 stdout/stderr; a pilot removed by the factory loses its pod and Secret; failures land in their
 documented hold (docs/holds.md); faults (429/500/applied-then-timeout, cut watches, agent SIGKILL
@@ -14,7 +14,7 @@ from polling import wait_for
 
 from ce_k8s.holds import HOLDS
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.router_testbed import TestBed
+from ce_k8s.sim.testbed import TestBed
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name, secret_name
 from ce_k8s.settings import Settings
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import SYSTEM_PYTHON, hook_env, run_measured
 

@@ -1,6 +1,6 @@
 """Proxy and token contents never leave the Secret (docs/design.md Decision 6, issue 9 "Secrets").
 
-A full embedded demo run (ce_k8s.sim.router_testbed.TestBed: the API emulator with its kubelet,
+A full embedded demo run (ce_k8s.sim.testbed.TestBed: the API emulator with its kubelet,
 the real `ce-k8s agent` process with `--verbose`, the router emulator spawning the real hook
 launchers, the shipped routes) with every pilot's proxy and token holding a unique marker. Then
 every place an operator or another tenant can read is searched for the marker: the agent's log,
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from polling import wait_for
 
-from ce_k8s.sim.router_testbed import TestBed
+from ce_k8s.sim.testbed import TestBed
 
 MARKER = "CEK8S-SECRET-MARKER-5b1e0c"
 PROXY = f"-----BEGIN CERTIFICATE-----\n{MARKER}-proxy\n-----END CERTIFICATE-----\n"

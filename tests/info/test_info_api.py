@@ -1,4 +1,4 @@
-"""The API path against the Kubernetes API emulator (ce_k8s.sim.apiserver) with the real client.
+"""The API path against the Kubernetes API emulator (ce_k8s.sim.kube.apiserver) with the real client.
 
 Paged LISTs (`limit`/`continue`) must return every object; the command reports source "api" and
 fresh figures (issue 6: "with neither option it asks the agent ... and falls back to the API").
@@ -7,7 +7,7 @@ fresh figures (issue 6: "with neither option it asks the agent ... and falls bac
 from __future__ import annotations
 
 from ce_k8s.info.snapshot import snapshot_from_api
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import NOW, TEST_CONFIG, parse, run_info
 

@@ -30,7 +30,7 @@ from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
 from ce_k8s.ops.status import load_config_and_settings
 from ce_k8s.pods.names import pod_name
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 CE_NAME = "ce.example.org"

@@ -16,7 +16,7 @@ from ce_k8s.info.capacity import CapacityModel, PodShape
 from ce_k8s.info.snapshot import snapshot_from_api
 from ce_k8s.ops import nodes
 from ce_k8s.pods.names import pod_name
-from ce_k8s.sim.cluster import NodeSpec
+from ce_k8s.sim.kube.cluster import NodeSpec
 
 
 def reclaim(host, node: str, *extra: str) -> tuple[int, list[str]]:

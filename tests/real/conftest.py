@@ -1,4 +1,4 @@
-"""The real Kubernetes control plane for the tests of this directory (ce_k8s.real.kube).
+"""The real Kubernetes control plane for the tests of this directory (ce_k8s.real.kube.kube).
 
 One control plane per test session, in its own state directory, brought up on first use (the
 binaries are built from the Go module proxy and cached on first use: docs/real-kubernetes.md) and
@@ -18,7 +18,7 @@ from pathlib import Path
 import polling
 import pytest
 
-from ce_k8s.real.kube import RealKube
+from ce_k8s.real.kube.kube import RealKube
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +33,9 @@ def real_kube():
         return
     state = Path("/var/tmp") / f"ce-k8s-real-kube-tests-{os.getpid()}"
     env = RealKube(state)
-    # One real node (a real kubelet on containerd and runc: ce_k8s.real.node) beside the kwok
+    # One real node (a real kubelet on containerd and runc: ce_k8s.real.node.node) beside the kwok
     # nodes; it is tainted, so only the tests that mean to run there do (test_real_node.py).
-    # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.reaper).
+    # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.kube.reaper).
     env.up(progress=lambda m: print(f"real-kube: {m}", flush=True), real_nodes=1, owner_pid=os.getpid())
     try:
         yield env
@@ -80,7 +80,7 @@ def admin_core(admin_client):
 def pilot_namespace(real_kube, admin_core, request):
     """A fresh pilot namespace as a site makes one (RealKubeServer.prepare_namespace: restricted
     PodSecurity, the agent's Role copied in), so each test's pods, quotas and holds stay its own."""
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     name = f"it-{request.node.name.lower().replace('_', '-')[5:30].strip('-')}-{os.urandom(3).hex()}"
     server = RealKubeServer(real_kube)

@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from ce_k8s.agent.accounting import UsageCollector
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.condor.wire import parse_old_ads
-from ce_k8s.real import kwokstages
+from ce_k8s.real.kube import kwokstages
 
 from . import test_findings
 from .conftest import running_agent, wait_for
@@ -167,7 +167,7 @@ def test_a_pilot_s_cpu_after_its_exit_is_the_last_sample_a_lower_bound(real_kube
     """A pilot through the agent: sampled while it runs (direct path, its own token); once its
     container exited the kubelet's Summary has nothing of it, so the record keeps the last sample,
     says it is a lower bound, and never claims more than wall x cores. No nodes/proxy call at all."""
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     server = RealKubeServer(real_kube)
     server.reset_calls()

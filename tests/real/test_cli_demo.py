@@ -10,8 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ce_k8s.real import cli_demo, kube
-from ce_k8s.real.condor import RealCondorError
+from ce_k8s.demos import cli_demo
+from ce_k8s.real.condor.condor import RealCondorError
+from ce_k8s.real.kube import kube
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -27,7 +28,7 @@ def test_demo_asks_for_the_htcondor_version_it_was_given(monkeypatch, tmp_path):
         asked.update(kw, state=state)
         raise RealCondorError("stand-in: no daemons in this test")
 
-    monkeypatch.setattr("ce_k8s.real.stockce.real_condor", fake_bed)
+    monkeypatch.setattr("ce_k8s.real.condor.stockce.real_condor", fake_bed)
     for version in ("23", "25"):
         args = _args("--condor", "real", "--htcondor", version, "--state", str(tmp_path))
         assert cli_demo.run(args) == 2          # the bed's error is reported, not raised

@@ -1,7 +1,7 @@
 """The emulator answers to the real API server (issue 25, item 6).
 
 Every test here sends the same requests, and plays the same pod lives, to the emulator
-(ce_k8s.sim.apiserver with its kubelet simulator) and to the real kube-apiserver v1.37 of the
+(ce_k8s.sim.kube.apiserver with its kubelet simulator) and to the real kube-apiserver v1.37 of the
 test bed (admin client; kwok plays the kubelet from the same `sim.ce-k8s.io/scenario` grammar),
 and compares what the product reads: HTTP status, `reason`, the words of `message` it matches,
 the shapes podschema/PodInfo decode, the order of watch events. Why both in one test: a
@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config import new_client_from_config
 
 from ce_k8s.agent.podinfo import PodInfo
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 from .conftest import wait_for
 from .test_findings import restricted_pod
@@ -142,7 +142,7 @@ def _etcd_compact(etcd: str) -> None:
 
 
 def _real_side(real_kube, admin_client, ns: str) -> Iterator[Side]:
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     server = RealKubeServer(real_kube)
     server.prepare_namespace(ns)

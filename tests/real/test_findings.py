@@ -24,7 +24,7 @@ from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.agent.status import completes
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import secret_name
-from ce_k8s.real import kwokstages
+from ce_k8s.real.kube import kwokstages
 
 from .conftest import running_agent, wait_for
 
@@ -58,7 +58,7 @@ def core(admin_client):
 @pytest.fixture
 def namespace(core, real_kube, request):
     """A fresh namespace labelled like the shipped pilot namespace, with the shipped agent Role in it."""
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     name = "t-" + request.node.name.lower().replace("_", "-")[5:40].strip("-") + "-" + os.urandom(3).hex()
     server = RealKubeServer(real_kube)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real.condor import RealCondor, RealCondorError, _processes_in
+from ce_k8s.real.condor.condor import RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.htcjobbed import HTCJobBed, phase_is
 
 from .conftest import wait_for
@@ -31,7 +31,7 @@ def script(body: str) -> dict:
 
 @pytest.fixture(scope="module")
 def bed(real_kube):
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     state = Path("/var/tmp") / f"ce-k8s-htcjob-tests-{os.getpid()}"
     server = RealKubeServer(real_kube)

@@ -31,8 +31,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.config import new_client_from_config
 
-from ce_k8s.real.kube import SPARE_NODE, RealKube
-from ce_k8s.sim.cluster import parse_nodes
+from ce_k8s.real.kube.kube import SPARE_NODE, RealKube
+from ce_k8s.sim.kube.cluster import parse_nodes
 
 from .conftest import wait_for
 
@@ -43,7 +43,7 @@ import info_vs_scheduler as ivs
 REPO = Path(__file__).resolve().parents[2]
 PILOTS_NS = "ce-k8s-pilots"
 TENANT_NS = "ivs-tenant"
-# This module's bed: the shapes of the default nodes (ce_k8s.real.kube.DEFAULT_NODES), fewer CPU nodes.
+# This module's bed: the shapes of the default nodes (ce_k8s.real.kube.kube.DEFAULT_NODES), fewer CPU nodes.
 NODES = ("cpu:3x64c256g,"
          "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
          "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
@@ -64,10 +64,10 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 @pytest.fixture(scope="module")
 def bed():
-    """A control plane of this module's own (ce_k8s.real.kube, up in about 10 s), so nothing but this
+    """A control plane of this module's own (ce_k8s.real.kube.kube, up in about 10 s), so nothing but this
     module's cases places pods on its nodes; no real node (it is tainted for every route anyway).
     CE_K8S_REAL_KUBE_TEST_STATE is not used here: a bed kept up has other pods on other nodes. The
-    reaper takes the bed down if this run dies without doing it (ce_k8s.real.reaper)."""
+    reaper takes the bed down if this run dies without doing it (ce_k8s.real.kube.reaper)."""
     if os.geteuid() != 0:
         pytest.fail("the real-Kubernetes tests need root (CI runs as root); see docs/real-kubernetes.md")
     kube = RealKube(Path("/var/tmp") / f"ce-k8s-ivs-tests-{os.getpid()}")

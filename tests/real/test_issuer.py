@@ -1,4 +1,4 @@
-"""The bed's SciTokens issuer (ce_k8s.real.issuer), without daemons: its certificates chain to its CA
+"""The bed's SciTokens issuer (ce_k8s.real.condor.issuer), without daemons: its certificates chain to its CA
 with the names HTCondor checks, its tokens carry the claims scitokens-cpp and HTCondor require and
 verify against the key it publishes, and its discovery answers over HTTPS trusted through that CA."""
 
@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from ce_k8s.real.issuer import JWKS_PATH, PILOT_SCOPES, WELL_KNOWN, TestIssuer
+from ce_k8s.real.condor.issuer import JWKS_PATH, PILOT_SCOPES, WELL_KNOWN, TestIssuer
 
 
 def _part(token: str, i: int) -> bytes:

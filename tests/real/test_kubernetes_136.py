@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real.kube import RealKube
+from ce_k8s.real.kube.kube import RealKube
 
 from .test_findings import (  # noqa: F401 - collected again here, against v1.36.3
     agent_env,

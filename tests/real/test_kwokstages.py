@@ -1,4 +1,4 @@
-"""The kwok Stages of the real-Kubernetes bed as data (ce_k8s/real/kwokstages.yaml), without a bed.
+"""The kwok Stages of the real-Kubernetes bed as data (ce_k8s/real/kube/kwokstages.yaml), without a bed.
 
 The data file is read as the installed package holds it (importlib.resources) and as kwok reads
 what `stages()` makes of it: seven Stages with the fields kwok requires, every placeholder filled,
@@ -15,7 +15,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from ce_k8s.real import kwokstages
+from ce_k8s.real.kube import kwokstages
 
 NAMES = ["cek8s-node-initialize", "cek8s-node-heartbeat", "cek8s-pod-pull-error", "cek8s-pod-ready",
          "cek8s-pod-finish", "cek8s-pod-deadline", "cek8s-pod-delete"]
@@ -23,7 +23,7 @@ NODE_STAGES = {"cek8s-node-initialize", "cek8s-node-heartbeat"}
 
 
 def _raw() -> str:
-    return resources.files("ce_k8s.real").joinpath("kwokstages.yaml").read_text(encoding="utf-8")
+    return resources.files("ce_k8s.real.kube").joinpath("kwokstages.yaml").read_text(encoding="utf-8")
 
 
 def _by_name(text: str) -> dict[str, dict]:

@@ -3,7 +3,7 @@
 Each test routes one pilot into a fresh namespace (tests/real/conftest.py `pilot_namespace`),
 asks the agent as the update hook does (`update`) and asserts what the job becomes, with the
 real API server's admission, the real garbage collector and Eviction API, and kwok playing the
-kubelet from the pod's annotations (ce_k8s/real/kwokstages.py). Hold codes are compared with
+kubelet from the pod's annotations (ce_k8s/real/kube/kwokstages.py). Hold codes are compared with
 ce_k8s.holds.HOLDS, the table docs/holds.md is generated from.
 """
 
@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import pod_name, secret_name
-from ce_k8s.real import kwokstages
+from ce_k8s.real.kube import kwokstages
 
 from .conftest import running_agent, wait_for
 

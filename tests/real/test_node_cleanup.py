@@ -1,5 +1,5 @@
 """A bed with a real node leaves the machine as it found it: after a failed start, and after its
-owner dies, when its reaper runs the bed's `down` (ce_k8s.real.node, ce_k8s.real.reaper).
+owner dies, when its reaper runs the bed's `down` (ce_k8s.real.node.node, ce_k8s.real.kube.reaper).
 
 Each test brings up a bed of its own (the binaries and the node runtime are cached: about 10 s)
 beside the session's, with a pod running on its real node so that a shim, a container, its cgroups,
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real import node as realnode
-from ce_k8s.real.kube import RealKube, RealKubeError, bed_salt
-from ce_k8s.real.node import KUBELET_SYSCTLS, read_sysctls, v1_hierarchies, write_sysctls
+from ce_k8s.real.kube.kube import RealKube, RealKubeError, bed_salt
+from ce_k8s.real.node import node as realnode
+from ce_k8s.real.node.node import KUBELET_SYSCTLS, read_sysctls, v1_hierarchies, write_sysctls
 
 from .conftest import wait_for
 from .test_real_node import pod_manifest
@@ -159,7 +159,7 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, origi
     before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
-        from ce_k8s.real.kube import RealKube
+        from ce_k8s.real.kube.kube import RealKube
         RealKube({str(state)!r}).up(nodes={SMALL_NODES!r}, progress=lambda m: None, real_nodes=1,
                                     owner_pid=os.getpid())
         print("up", flush=True)

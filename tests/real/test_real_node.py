@@ -1,4 +1,4 @@
-"""A real kubelet on containerd and runc judges what happens on a node (ce_k8s.real.node).
+"""A real kubelet on containerd and runc judges what happens on a node (ce_k8s.real.node.node).
 
 Each test runs real containers on the bed's real node (busybox built here, no registry) in a
 namespace with the `restricted` PodSecurity profile, and reads what the real kubelet reports:
@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 
-from ce_k8s.real.node import REAL_NODE_LABEL, REAL_NODE_TAINT
-from ce_k8s.real.noderuntime import BUSYBOX_IMAGE, PILOT_UID
+from ce_k8s.real.node.node import REAL_NODE_LABEL, REAL_NODE_TAINT
+from ce_k8s.real.node.noderuntime import BUSYBOX_IMAGE, PILOT_UID
 
 from .conftest import wait_for
 
@@ -222,7 +222,7 @@ def test_a_missing_secret_volume_keeps_the_pod_in_container_creating(admin_core,
              what='a FailedMount event: secret "absent-sandbox" not found', on_timeout=failed_mounts)
     assert admin_core.read_namespaced_pod(name, pilot_namespace).status.phase == "Pending"
     # pods/log of the waiting container: 400 in the real kubelet's words, the words the stub uses
-    # for the kwok nodes (ce_k8s.real.kubeletstub).
+    # for the kwok nodes (ce_k8s.real.kube.kubeletstub).
     from kubernetes.client.rest import ApiException
 
     with pytest.raises(ApiException) as refused:

@@ -1,6 +1,6 @@
 """Pilots through the agent onto the bed's real node: the pilot's own sandbox script runs in a
 container, and what the real kubelet reports becomes the routed job's status, exit code, holds,
-output and CPU (ce_k8s.agent, judged by ce_k8s.real.node's kubelet on containerd and runc).
+output and CPU (ce_k8s.agent, judged by ce_k8s.real.node.node's kubelet on containerd and runc).
 
 The agent holds only its ServiceAccount's token; its pods are the product's own (restricted
 profile, the sandbox from a Secret volume, the links made by the init container), placed on the
@@ -18,8 +18,8 @@ from agent.conftest import make_spool, routed_ad, text_of
 from ce_k8s import protocol
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
-from ce_k8s.real.node import REAL_NODE_LABEL, REAL_NODE_TAINT
-from ce_k8s.real.noderuntime import BUSYBOX_IMAGE
+from ce_k8s.real.node.node import REAL_NODE_LABEL, REAL_NODE_TAINT
+from ce_k8s.real.node.noderuntime import BUSYBOX_IMAGE
 
 from .conftest import running_agent
 from .test_lifecycle import assert_hold, until

@@ -1,4 +1,4 @@
-"""What `--ce-config stock` (ce_k8s.real.stockce) writes, checked without root or daemons.
+"""What `--ce-config stock` (ce_k8s.real.condor.stockce) writes, checked without root or daemons.
 
 The daemons' side is tests/real/condor/test_real_ce_config.py; these pin the choices that make it an OSG
 CE and not a test configuration: no FS/CLAIMTOBE trust on the CE, TOKEN only from the factory's
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real import cli_realcondor
-from ce_k8s.real.condor import RealCondor, RealCondorError, State
-from ce_k8s.real.stockce import (
+from ce_k8s.real.condor import cli_realcondor
+from ce_k8s.real.condor.condor import RealCondor, RealCondorError, State
+from ce_k8s.real.condor.stockce import (
     CE_CONDOR_CONFIG,
     FACTORY_CONDOR_CONFIG,
     StockCE,

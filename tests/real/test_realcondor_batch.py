@@ -1,4 +1,4 @@
-"""The batch pool's configuration (`RealCondor(batch=True)`, ce_k8s.real.condor.batch_config), without root.
+"""The batch pool's configuration (`RealCondor(batch=True)`, ce_k8s.real.condor.condor.batch_config), without root.
 
 The daemons' side is tests/real/condor/test_real_batch_pool.py; these pin what must hold before any daemon
 starts (docs/real-condor.md, "The batch pool"): the pool is opt-in and leaves the default bed's
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real import cli_realcondor
-from ce_k8s.real import condor as realcondor
-from ce_k8s.real.condor import BATCH_START, RealCondor, RealCondorError
-from ce_k8s.real.stockce import real_condor
+from ce_k8s.real.condor import cli_realcondor
+from ce_k8s.real.condor import condor as realcondor
+from ce_k8s.real.condor.condor import BATCH_START, RealCondor, RealCondorError
+from ce_k8s.real.condor.stockce import real_condor
 
 STATE = Path("/var/tmp/s")   # written into the text, never created
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real import condor as realcondor
-from ce_k8s.real.condor import VERSIONS, RealCondorError, build_root, default_root, flavour
+from ce_k8s.real.condor import condor as realcondor
+from ce_k8s.real.condor.condor import VERSIONS, RealCondorError, build_root, default_root, flavour
 
 
 def test_each_version_has_its_own_suite_and_cache():

@@ -1,6 +1,6 @@
 """Pilots running through restarts of the real control plane and of the agent.
 
-The whole path of `ce-k8s demo --kube real` (ce_k8s/real/cli_demo.py): the emulated job router
+The whole path of `ce-k8s demo --kube real` (ce_k8s/demos/cli_demo.py): the emulated job router
 spawning the real hooks, the agent as its own process on its ServiceAccount's kubeconfig, the
 real kube-apiserver, etcd, controller manager and scheduler, kwok playing each pilot's scenario.
 Mid-run kube-apiserver is restarted (every watch cut, its watch cache rebuilt: resumes from older
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from ce_k8s.sim.router_testbed import TestBed
-from ce_k8s.sim.schedd import eval_int
+from ce_k8s.sim.condor.schedd import eval_int
+from ce_k8s.sim.testbed import TestBed
 
 from .conftest import wait_for
 
@@ -41,7 +41,7 @@ def _tick_until(bed: TestBed, predicate, what: str, timeout: float = 60.0) -> No
 
 @pytest.mark.slow
 def test_pilots_complete_through_apiserver_etcd_and_agent_restarts(real_kube, admin_core):
-    from ce_k8s.real.kubeserver import RealKubeServer
+    from ce_k8s.real.kube.kubeserver import RealKubeServer
 
     # The bed counts ce-k8s's pods cluster-wide: start from none (earlier tests' namespaces gone).
     wait_for(lambda: _left(admin_core) == 0, timeout=120, what="no ce-k8s pods or Secrets left from earlier tests")

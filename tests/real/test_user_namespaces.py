@@ -1,6 +1,6 @@
 """User namespaces (`hostUsers: false`) on the bed's real node (issue "Real nodes", item 4).
 
-The real node runs runc 1.3 built from the Go module proxy (ce_k8s.real.noderuntime): with its
+The real node runs runc 1.3 built from the Go module proxy (ce_k8s.real.node.noderuntime): with its
 idmapped mounts containerd reports user-namespace support, and the kubelet (UserNamespacesSupport,
 GA and locked on since 1.36) gives a pod with `hostUsers: false` a range of 65536 host ids of its
 own. Inside, the pilot is uid 1000 as always; on the host its processes belong to an id far from
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ce_k8s.real.noderuntime import PILOT_UID
+from ce_k8s.real.node.noderuntime import PILOT_UID
 
 from .conftest import running_agent, wait_for
 from .test_lifecycle import until

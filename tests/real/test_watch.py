@@ -15,7 +15,7 @@ import urllib.request
 from kubernetes.client.rest import ApiException
 
 from ce_k8s.agent import cache as cache_module
-from ce_k8s.real import kwokstages
+from ce_k8s.real.kube import kwokstages
 
 from .conftest import running_agent, wait_for
 from .test_lifecycle import pilot, read_pod, status_is, until

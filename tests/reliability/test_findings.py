@@ -13,7 +13,7 @@ import time
 import pytest
 
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.router_testbed import TestBed
+from ce_k8s.sim.testbed import TestBed
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from ce_k8s.holds import HOLDS
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 
 def _pod(name: str, gjid: str, attempt: int, managed: bool = True) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client, config
 
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 SCALE = 0.01
 

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from ce_k8s.sim.k8s_selectors import SelectorError, labels_match, parse_label_selector
+from ce_k8s.sim.kube.selectors import SelectorError, labels_match, parse_label_selector
 
 
 def body_of(e: ApiException) -> dict:
@@ -424,7 +424,7 @@ def test_events_create_and_list(core):
 
 def test_self_subject_access_review_follows_configured_rules(core_api):
     """Issue 4 item 1: SSAR answers from a configured rule set (the agent's RBAC check)."""
-    from ce_k8s.sim.apiserver import ApiServer
+    from ce_k8s.sim.kube.apiserver import ApiServer
 
     rules = [{"verbs": ["get", "list", "watch", "create", "delete"], "resources": ["pods", "secrets"]}]
     with ApiServer.running(kubelet=False, rules=rules) as srv:
@@ -439,7 +439,7 @@ def test_self_subject_access_review_follows_configured_rules(core_api):
 
 
 def test_enforced_rbac_answers_403(pod_body, core_api):
-    from ce_k8s.sim.apiserver import ApiServer
+    from ce_k8s.sim.kube.apiserver import ApiServer
 
     with ApiServer.running(kubelet=False, rules=[{"verbs": ["list"], "resources": ["pods"]}], enforce_rbac=True) as srv:
         core = core_api(srv)

@@ -11,8 +11,8 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client import ApiException
 
-from ce_k8s.sim.apiserver import ApiServer
-from ce_k8s.sim.k8s_faults import Faults
+from ce_k8s.sim.kube.apiserver import ApiServer
+from ce_k8s.sim.kube.faults import Faults
 
 
 def test_scripted_429_has_retry_after_and_500_is_internal_error(core, api_only, pod_body):

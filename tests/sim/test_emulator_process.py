@@ -16,10 +16,10 @@ from fractions import Fraction
 import pytest
 from kubernetes import client, config
 
-from ce_k8s.sim.apiserver import ApiServer
-from ce_k8s.sim.k8s_api import clone
+from ce_k8s.sim.kube.api import clone
+from ce_k8s.sim.kube.apiserver import ApiServer
 from ce_k8s.sim.pilots import make_pilot
-from ce_k8s.sim.router_testbed import TestBed
+from ce_k8s.sim.testbed import TestBed
 
 
 def _get(url: str) -> tuple[int, dict]:

@@ -10,8 +10,8 @@ import time
 import pytest
 from kubernetes import client, watch
 
-from ce_k8s.sim.cluster import NodeSpecError, parse_nodes
-from ce_k8s.sim.k8s_scenario import ScenarioError, parse_scenario, scenario_from_image
+from ce_k8s.sim.kube.cluster import NodeSpecError, parse_nodes
+from ce_k8s.sim.kube.scenario import ScenarioError, parse_scenario, scenario_from_image
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -338,7 +338,7 @@ def test_per_container_scenarios_and_log_container_choice(cluster, kcore, pod_bo
 
 def test_node_status_subresource_and_static_nodes(core_api):
     """Without kubelets, requested nodes are still registered; node status is a subresource."""
-    from ce_k8s.sim.apiserver import ApiServer
+    from ce_k8s.sim.kube.apiserver import ApiServer
 
     with ApiServer.running(kubelet=False, nodes="cpu:1x8c32g") as srv:
         core = core_api(srv)

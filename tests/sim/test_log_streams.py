@@ -29,7 +29,7 @@ from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.settings import Settings
 from ce_k8s.sim import serve
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 SCENARIO = 'run=1s exit=0 out="starting" err="warn: no proxy" out="payload ran" err="error: exit 1"'
 OUT = b"starting\npayload ran\n"

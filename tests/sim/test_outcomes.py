@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from ce_k8s.real.condordemo import RealDemo, RealOutcome
+from ce_k8s.demos.condordemo import RealDemo, RealOutcome
 from ce_k8s.sim.outcomes import COMPLETED, HELD, LOST, QUEUED, REMOVED, Verdict, ce_job_id, classify
 from ce_k8s.sim.pilots import make_pilot
 

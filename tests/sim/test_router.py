@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 from harness import T0, FakeClock, config_text, install_hooks, pilot, set_mode
 
 from ce_k8s.condor.config import CondorConfig
-from ce_k8s.sim.router import Router, RouterAborted, State
-from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE
-from ce_k8s.sim.schedd import Schedd
+from ce_k8s.sim.condor.router import Router, RouterAborted, State
+from ce_k8s.sim.condor.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE
+from ce_k8s.sim.condor.schedd import Schedd
 
 
 @dataclass
@@ -433,8 +433,7 @@ def test_a_running_hooks_stdin_is_not_printed_again(make_bed, monkeypatch):
     """JobRouterHookMgr hookUpdateJobInfo: checkHookKnown comes before sPrintAd, so a poll that
     skips a job whose update hook still runs does not print its ad (a restarted router with
     20,000 routed jobs would print them all on every poll otherwise)."""
-    from ce_k8s.sim import router as router_module
-
+    from ce_k8s.sim.condor import router as router_module
     bed = make_bed()
     _submitted(bed)
     printed = []

@@ -18,8 +18,15 @@ sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
 from harness import echo_hook, make_router, pilot, set_mode, step
 
-from ce_k8s.sim.router import State
-from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall, HookRunner
+from ce_k8s.sim.condor.router import State
+from ce_k8s.sim.condor.router_hooks import (
+    HOOK_CLEANUP,
+    HOOK_FINALIZE,
+    HOOK_TRANSLATE,
+    HOOK_UPDATE,
+    HookCall,
+    HookRunner,
+)
 
 
 def _router(tmp_path: Path, spawn_threads: int):
@@ -132,8 +139,7 @@ def test_runner_threads_respect_max_running(tmp_path):
 def test_output_beyond_the_harness_cap_is_dropped_and_marked(tmp_path, monkeypatch):
     """The harness keeps at most _MAX_OUTPUT bytes per stream (a runaway hook must not exhaust the
     test machine) and marks the call truncated; what came before the cap is kept as it was."""
-    from ce_k8s.sim import router_hooks
-
+    from ce_k8s.sim.condor import router_hooks
     monkeypatch.setattr(router_hooks, "_MAX_OUTPUT", 4)
     sink: list[bytes] = []
     assert router_hooks.append_capped(sink, b"abc") and router_hooks.append_capped(sink, b"de")

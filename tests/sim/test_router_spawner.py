@@ -1,5 +1,5 @@
 """The router emulator with a spawner process (``spawn_process``): hooks are forked and watched by
-a child interpreter (ce_k8s/sim/router_spawner.py); what a hook sees and what the router reads back
+a child interpreter (ce_k8s/sim/condor/router_spawner.py); what a hook sees and what the router reads back
 must not change (docs/hook-protocol.md §2.1-§2.5).
 """
 
@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent / "fake_hooks"))
 
 from harness import echo_hook, make_router, pilot, set_mode, step
 
-from ce_k8s.sim.router import State
-from ce_k8s.sim.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall
-from ce_k8s.sim.router_spawner import RemoteHookRunner
+from ce_k8s.sim.condor.router import State
+from ce_k8s.sim.condor.router_hooks import HOOK_CLEANUP, HOOK_FINALIZE, HOOK_TRANSLATE, HOOK_UPDATE, HookCall
+from ce_k8s.sim.condor.router_spawner import RemoteHookRunner
 
 
 def _router(tmp_path: Path, spawn_threads: int = 0):

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from ce_k8s.sim.k8s_validate import validate_secret
+from ce_k8s.sim.kube.validate import validate_secret
 
 
 def _secret(key: str) -> dict:

@@ -1,4 +1,4 @@
-"""The kubelet simulator's view of Secret volumes (ce_k8s/sim/kubelet_secrets.py): what a pod's
+"""The kubelet simulator's view of Secret volumes (ce_k8s/sim/kube/kubelet_secrets.py): what a pod's
 containers read, projected at mount time and replaced as a whole when the Secret changes, as the
 kubelet's atomic writer does; and, on the whole demo path, a proxy renewed in the spool while the
 pilot runs shows up in its pod's mounted Secret one router poll later (docs/agent.md "Credential
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import base64
 
-from ce_k8s.sim.credrefresh import CredentialDrill
-from ce_k8s.sim.router_testbed import TestBed
+from ce_k8s.demos.credrefresh import CredentialDrill
+from ce_k8s.sim.testbed import TestBed
 
 
 def b64(text: str) -> str:

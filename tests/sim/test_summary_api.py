@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from ce_k8s.sim.apiserver import ApiServer
+from ce_k8s.sim.kube.apiserver import ApiServer
 
 SCALE = 0.01
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real.condor import (
+from ce_k8s.real.condor.condor import (
     BATCH_ACCOUNT,
     BATCH_SLOTS,
     VERSIONS,

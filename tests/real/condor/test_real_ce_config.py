@@ -1,4 +1,4 @@
-"""HTCondor-CE's own configuration on the real HTCondor 25 daemons (`--ce-config stock`, ce_k8s.real.stockce).
+"""HTCondor-CE's own configuration on the real HTCondor 25 daemons (`--ce-config stock`, ce_k8s.real.condor.stockce).
 
 Issue 26, items 2-4: the CE is HTCondor-CE's stock files (tests/fixtures/stock_ce, unedited) plus
 what `ce-k8s install` writes, on HTCondor-CE's port 9619; the factory is a separate schedd that
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
-from ce_k8s.real.condordemo import RealDemo
-from ce_k8s.real.stockce import (
+from ce_k8s.demos.condordemo import RealDemo
+from ce_k8s.real.condor.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
+from ce_k8s.real.condor.stockce import (
     CE_PORT,
     FACTORY_ACCOUNT,
     PILOT_ACCOUNT,

@@ -1,4 +1,4 @@
-"""The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.real.condor).
+"""The real HTCondor is the judge: ce-k8s under Debian's condor 25.14.1 and 23.9.6 (ce_k8s.real.condor.condor).
 
 One environment per HTCondor version, with the bed's own CE configuration (`ce-k8s testbed
 real-condor up --htcondor 25|23 --ce-config bed`, torn down before the next): what only that
@@ -27,8 +27,8 @@ from pathlib import Path
 import polling
 import pytest
 
-from ce_k8s.real.condor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
-from ce_k8s.real.condordemo import RealDemo
+from ce_k8s.demos.condordemo import RealDemo
+from ce_k8s.real.condor.condor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
 from ce_k8s.sim.pilots import make_pilot
 
 pytestmark = pytest.mark.slow

@@ -108,8 +108,8 @@ def make_router(tmp_path: Path, **router_options: object):
     """(router, schedd, hooks dir, clock): the fake hooks installed, a schedd, and a Router built
     with `router_options` (spawn_threads, spawn_process...) on a fake clock."""
     from ce_k8s.condor.config import CondorConfig
-    from ce_k8s.sim.router import Router
-    from ce_k8s.sim.schedd import Schedd
+    from ce_k8s.sim.condor.router import Router
+    from ce_k8s.sim.condor.schedd import Schedd
 
     clock = FakeClock(T0)
     hooks = install_hooks(tmp_path)

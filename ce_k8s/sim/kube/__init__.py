@@ -1,0 +1,1 @@
+"""The emulated Kubernetes: the API server emulator and the kubelet simulator it runs."""
