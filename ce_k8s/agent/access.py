@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
 from ce_k8s.agent.logfmt import fields
+from ce_k8s.agent.routedjob import RoutedJob, read
 from ce_k8s.hooks._common import grid_resource_matches
 from ce_k8s.pods.names import label_value
 
 if TYPE_CHECKING:
     from ce_k8s.agent.podinfo import PodInfo
-    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -52,13 +52,18 @@ class Access:
             return True
         return bool(owner) and self._uid_of(owner) == uid
 
-    def refusal(self, job: RoutedJob, uid: int, verb: str) -> Reply | None:
-        """The error reply when caller `uid` may not act on the routed job `job`, else None."""
-        if self.authorized(job.owner, uid):
-            return None
-        self.metrics["denied"] += 1
-        log.warning("%s", fields(event="request-denied", verb=verb, job=job.job_id, owner=job.owner, caller_uid=uid))
-        return (protocol.STATUS_DENIED, [f"uid {uid} may not act on jobs of {job.owner!r}".encode()])
+    def admit(self, text: str, uid: int, verb: str, other: Reply) -> RoutedJob | Reply:
+        """The routed job a request's ad `text` names (read once, routedjob.read), or the reply that
+        ends the request here: refused for caller `uid`, or `other` for another backend's job."""
+        job = read(text)
+        if not self.authorized(job.owner, uid):
+            self.metrics["denied"] += 1
+            log.warning("%s", fields(event="request-denied", verb=verb, job=job.job_id, owner=job.owner,
+                                     caller_uid=uid))
+            return (protocol.STATUS_DENIED, [f"uid {uid} may not act on jobs of {job.owner!r}".encode()])
+        if self.other_backend(job):
+            return other
+        return job
 
     def other_backend(self, job: RoutedJob) -> bool:
         """A routed job (it has `RouteName`) of another backend: its GridResource does not start with

@@ -127,7 +127,7 @@ class Agent:
         # The pod writes (create, and every delete but the cleanup hook's own) on one keyed work
         # queue: one effect per pod at a time, per-pod back-off (effects.py).
         self.effects = Effects(settings.create_concurrency, lambda name: self.creator.turn(name), self.stop_event)
-        self.creator = Creator(self, self.effects.queue)
+        self.creator = Creator(self, self.effects)
         self.credentials = CredentialRefresher(self)   # refreshed proxies/tokens into running pods' Secrets
         self.server = None
         self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0, "released": 0,
@@ -178,7 +178,6 @@ class Agent:
         started_at = time.time()
         self.cache.start()
         self.effects.start()
-        self.creator.queue = self.effects.queue
         self.usage.start()
         self.garbage.start(started_at)
         if serve:

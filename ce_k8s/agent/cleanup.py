@@ -13,10 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
-from ce_k8s.agent import routedjob
 from ce_k8s.agent.access import same_job
 from ce_k8s.agent.journal import valid_global_job_id
 from ce_k8s.agent.logfmt import fields
+from ce_k8s.agent.routedjob import RoutedJob
 from ce_k8s.agent.sourceprobe import GONE
 from ce_k8s.pods.names import pod_name
 
@@ -60,12 +60,9 @@ class Cleanups:
         unknown → the pod is released, not deleted, for the re-routed job to adopt (docs/agent.md
         "Released pods"); the GC deletes it if nobody does within `CE_K8S_RELEASE_GRACE`.
         """
-        routed = routedjob.read(text)
-        refused = self.access.refusal(routed, uid, "cleanup")
-        if refused is not None:
-            return refused
-        if self.access.other_backend(routed):
-            return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
+        routed = self.access.admit(text, uid, "cleanup", (protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]))
+        if not isinstance(routed, RoutedJob):
+            return routed                             # refused, or another backend's job
         name, owner = routed.pod_name, routed.owner
         if not name:
             return protocol.STATUS_NOTFOUND, [b"no K8sPodName"]

@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from ce_k8s.agent import adtext, apiwarnings
 from ce_k8s.agent.corecalls import drained
 from ce_k8s.agent.logfmt import fields
-from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_RETRY, CreateInfo
+from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_PENDING, CREATE_RETRY, CreateInfo
 from ce_k8s.pods.errors import PodBuildError
 
 log = logging.getLogger(__name__)
@@ -88,15 +88,18 @@ class Creator:
     """The create of a routed job's pod and Secret; its turns come from the agent's one work queue
     (effects.py), keyed by pod name, on `CE_K8S_CREATE_CONCURRENCY` workers."""
 
-    def __init__(self, agent, queue) -> None:
+    def __init__(self, agent, effects) -> None:
         self.agent = agent
-        self.queue = queue        # the effects' WorkQueue: per-pod back-off of a failed create
+        self.effects = effects
+
+    @property
+    def queue(self):
+        """The effects' WorkQueue (a new one after a stop and start): per-pod back-off of a failed create."""
+        return self.effects.queue
 
     def turn(self, name: str) -> None:
         """A turn of pod `name`: create it if its record still asks for that (queued by an update,
         or a temporary failure's back-off ran out), else nothing."""
-        from ce_k8s.agent.status import CREATE_PENDING
-
         rec = self.agent.jobs.get(name)
         if rec is None or rec.create.state not in (CREATE_PENDING, CREATE_RETRY) or rec.ad_text is None:
             return

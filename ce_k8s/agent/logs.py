@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from kubernetes.client.exceptions import ApiException
 
 from ce_k8s import protocol
-from ce_k8s.agent import routedjob
 from ce_k8s.agent.access import same_job
 from ce_k8s.agent.logfmt import fields
+from ce_k8s.agent.routedjob import RoutedJob
 from ce_k8s.pods.names import label_value
 
 if TYPE_CHECKING:
@@ -55,12 +55,9 @@ class Logs:
     def handle(self, text: str, uid: int) -> tuple[str, list[bytes]]:
         """[spool root, stdout, stderr] of the job's pod for the finalize hook: the saved output, else
         the live pod's log; a note on stderr says why output is missing or cut."""
-        routed = routedjob.read(text)
-        refused = self.access.refusal(routed, uid, "logs")
-        if refused is not None:
-            return refused
-        if self.access.other_backend(routed):
-            return protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]
+        routed = self.access.admit(text, uid, "logs", (protocol.STATUS_NOTFOUND, [b"not a Kubernetes job"]))
+        if not isinstance(routed, RoutedJob):
+            return routed                             # refused, or another backend's job
         name, owner = routed.pod_name, routed.owner
         gjid = routed.source_global_job_id
         job = routed.job_id

@@ -17,10 +17,11 @@ import time
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
-from ce_k8s.agent import adtext, apiwarnings, routedjob
+from ce_k8s.agent import adtext, apiwarnings
 from ce_k8s.agent.access import same_job
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.outputsave import SAVING_OUTPUT
+from ce_k8s.agent.routedjob import RoutedJob
 from ce_k8s.agent.status import (
     COMPLETED,
     CREATE_DONE,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from ce_k8s.agent.outputsave import OutputSaver
     from ce_k8s.agent.podinfo import PodInfo
     from ce_k8s.agent.release import Releases
-    from ce_k8s.agent.routedjob import RoutedJob
     from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,12 +80,9 @@ class Updates:
 
     def handle(self, text: str, uid: int) -> tuple[str, list[bytes]]:
         """Status lines for one routed job, from the cache; starts creation on first sight."""
-        job = routedjob.read(text)
-        refused = self.access.refusal(job, uid, "update")
-        if refused is not None:
-            return refused
-        if self.access.other_backend(job):
-            return protocol.STATUS_OK, [b""]          # another backend's job: nothing to say, no record
+        job = self.access.admit(text, uid, "update", (protocol.STATUS_OK, [b""]))
+        if not isinstance(job, RoutedJob):
+            return job                             # refused, or another backend's job
         self.metrics["updates"] += 1
         if not job.pod_name:
             return protocol.STATUS_OK, [b""]          # not routed through our translate hook

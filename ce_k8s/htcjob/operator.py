@@ -216,27 +216,25 @@ class Operator:
 
     # ------------------------------------------------------------------ work
     def work_once(self, key: str) -> None:
-        """One pass over the HTCJob `key` (namespace/name), then its next turn in the queue."""
+        """One pass over the HTCJob `key` (namespace/name), then its next turn in the queue: when the
+        pass asks for one, at once after a conflict, after the key's own back-off after a failure."""
         from kubernetes.client.exceptions import ApiException
 
         namespace, name = key.split("/", 1)
+        self.passes += 1
         try:
             obj = self.kube.get(namespace, name)
             delay = None if obj is None else reconcile(obj, self.ctx)
-            self.queue.forget(key)
         except ApiException as exc:
             if exc.status == 409:                 # a conflict: read again at once
-                delay = 0.5
-            else:
-                delay = self.queue.retry(key)
-                log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, delay)
-                delay = None
+                self.queue.add(key, 0.5)
+                return
+            log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, self.queue.retry(key))
+            return
         except Exception:
-            delay = self.queue.retry(key)
-            log.exception("htcjob %s: pass failed; again in %.0f s", key, delay)
-            delay = None
-        finally:
-            self.passes += 1
+            log.exception("htcjob %s: pass failed; again in %.0f s", key, self.queue.retry(key))
+            return
+        self.queue.forget(key)
         if delay is not None:
             self.queue.add(key, delay)
 
