@@ -22,4 +22,18 @@ def new_api_client(kubeconfig: str | None):
         except config.ConfigException:
             config.load_kube_config(client_configuration=conf)
     conf.retries = False
+    pin_proxy(conf)
     return client.ApiClient(conf)
+
+
+def pin_proxy(conf) -> None:
+    """Keep the proxy the loader resolved from the environment, instead of resolving it per request.
+
+    Why: both loaders install a `refresh_api_key_hook` that runs before every request and assigns
+    `conf.host` again, and the `kubernetes` client's host setter then re-reads every proxy variable
+    of the environment (`urllib.request.getproxies`) to pick the proxy for the host. The pool
+    manager took its proxy when the ApiClient was built, so the result is never used; the cost
+    was the largest single item of the agent's CPU per pilot under a profile (docs/performance.md).
+    Assigning the resolved value through the public setter marks it as chosen, once, here.
+    """
+    conf.proxy = conf.proxy

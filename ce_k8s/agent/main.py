@@ -74,6 +74,8 @@ def api_client_for(kubeconfig: str | None, pool_size: int | None = None):
     """A kubernetes ApiClient from a kubeconfig file, or the in-cluster service account."""
     from kubernetes import client, config
 
+    from ce_k8s.kubeclient import pin_proxy
+
     conf = client.Configuration()
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
@@ -81,6 +83,7 @@ def api_client_for(kubeconfig: str | None, pool_size: int | None = None):
         config.load_incluster_config(client_configuration=conf)
     if pool_size:
         conf.connection_pool_maxsize = pool_size
+    pin_proxy(conf)
     return client.ApiClient(conf)
 
 
