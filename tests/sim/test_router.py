@@ -433,12 +433,12 @@ def test_a_running_hooks_stdin_is_not_printed_again(make_bed, monkeypatch):
     """JobRouterHookMgr hookUpdateJobInfo: checkHookKnown comes before sPrintAd, so a poll that
     skips a job whose update hook still runs does not print its ad (a restarted router with
     20,000 routed jobs would print them all on every poll otherwise)."""
-    from ce_k8s.sim.condor import router as router_module
+    from ce_k8s.condor import wire  # the router's state machine (router_steps.py) prints the ad with it
     bed = make_bed()
     _submitted(bed)
     printed = []
-    real = router_module.wire.sprint_ad
-    monkeypatch.setattr(router_module.wire, "sprint_ad", lambda ad: printed.append(1) or real(ad))
+    real = wire.sprint_ad
+    monkeypatch.setattr(wire, "sprint_ad", lambda ad: printed.append(1) or real(ad))
     bed.mode("update", "sleep 1.5")
     for _ in range(3):
         bed.router.poll()
