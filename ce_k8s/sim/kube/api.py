@@ -17,8 +17,6 @@ import asyncio
 import base64
 import bisect
 import collections
-import copy
-import datetime as dt
 import json
 import logging
 import random
@@ -26,95 +24,34 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any
 
 import jsonpatch
 
-from ce_k8s.quantity import QuantityError, decode_quantity
 from ce_k8s.sim.kube import validate as v
+from ce_k8s.sim.kube.api_admission import Admission
+from ce_k8s.sim.kube.api_controllers import SYSTEM_NAMESPACES, Controllers
 from ce_k8s.sim.kube.errors import (
     MODIFIED,
     ApiError,
     already_exists,
     bad_request,
     conflict,
-    forbidden,
     invalid,
     not_found,
 )
-from ce_k8s.sim.kube.quantity import add_into, format_quantity, pod_resources
+from ce_k8s.sim.kube.objects import SCALARS, TERMINAL_PHASES, clone, meta_of, now_iso, set_condition
 from ce_k8s.sim.kube.resources import BY_PLURAL, ResourceInfo
 from ce_k8s.sim.kube.selectors import SelectorError, make_filter
 from ce_k8s.sim.kube.store import Obj, Store
 
+# Also re-exported here, where the rest of the emulator imports them from.
+__all__ = ["LIST_SNAPSHOTS", "LOG_STREAMS", "LOG_STREAM_MODES", "SYSTEM_NAMESPACES", "TERMINAL_PHASES",
+           "AccessRule", "Api", "ApiOptions", "clone", "log_lines_of", "merge_patch", "meta_of", "now_iso",
+           "pod_log_stream", "set_condition", "strategic_merge"]
+
 log = logging.getLogger(__name__)
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 LIST_SNAPSHOTS = 8          # paged LISTs whose first-page snapshot is kept (Api.list)
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-# Quota keys charged per pod for the standard compute resources.
-_STD = ("cpu", "memory", "ephemeral-storage")
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def clone(obj: Any) -> Any:
-    """A deep copy of JSON-shaped data (dicts, lists, scalars); anything else goes to deepcopy.
-
-    Why not ``copy.deepcopy`` everywhere: every kubelet status change copies a whole ~6 KB pod, and
-    deepcopy's memo bookkeeping made that the API emulator's largest cost after HTTP in the
-    pipeline benchmark (docs/performance.md). Stored objects are JSON documents with no shared
-    sub-objects that matter, so a structural copy gives the same result several times faster.
-    """
-    t = type(obj)
-    if t is dict:
-        return {k: v if type(v) in _SCALARS else clone(v) for k, v in obj.items()}
-    if t is list:
-        return [v if type(v) in _SCALARS else clone(v) for v in obj]
-    if t in _SCALARS:
-        return obj
-    return copy.deepcopy(obj)
-
-
-def now_iso(offset_s: float = 0.0) -> str:
-    """RFC 3339 UTC timestamp with second precision, as metadata timestamps are."""
-    t = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def meta_of(obj: Mapping[str, object]) -> dict[str, object]:
-    """``obj["metadata"]`` (an empty dict when absent)."""
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
-def set_condition(status: dict[str, object], ctype: str, cstatus: str, reason: str | None = None,
-                  message: str | None = None) -> None:
-    """Set a condition, keeping ``lastTransitionTime`` when the status does not change."""
-    conds = status.setdefault("conditions", [])
-    assert isinstance(conds, list)
-    now = now_iso()
-    for c in conds:
-        if c.get("type") == ctype:
-            if c.get("status") != cstatus:
-                c["lastTransitionTime"] = now
-            c["status"] = cstatus
-            c["lastProbeTime"] = None
-            for k, val in (("reason", reason), ("message", message)):
-                if val is None:
-                    c.pop(k, None)
-                else:
-                    c[k] = val
-            return
-    cond: dict[str, object] = {"type": ctype, "status": cstatus, "lastProbeTime": None, "lastTransitionTime": now}
-    if reason is not None:
-        cond["reason"] = reason
-    if message is not None:
-        cond["message"] = message
-    conds.append(cond)
 
 
 @dataclass
@@ -227,9 +164,10 @@ class Api:
         self.loop = loop or asyncio.get_event_loop()
         # Seeded so uids and generated names repeat from run to run; nothing here is a secret.
         self.rng = random.Random(self.opts.seed)  # noqa: S311
-        # Quota bookkeeping: what each live pod is charged, and per-namespace totals.
-        self._charges: dict[tuple[str, str], dict[str, Fraction]] = {}
-        self._ns_totals: dict[str, dict[str, Fraction]] = {}
+        # What a write must pass before storage (validation, defaulting, quota), and the built-in
+        # controllers that act after it (namespace deletion, garbage collection).
+        self.admission = Admission(store, self.rng)
+        self.controllers = Controllers(self)
         self._event_keys: deque[tuple[str, str]] = deque()
         self._timers: set[asyncio.TimerHandle] = set()
         # Paged LISTs in progress: the sorted result of a first page, by what it was asked
@@ -251,7 +189,8 @@ class Api:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return info
 
-    def _later(self, delay: float, fn: Callable[..., None], *args: object) -> None:
+    def later(self, delay: float, fn: Callable[..., None], *args: object) -> None:
+        """Run ``fn(*args)`` on the loop after ``delay`` seconds (a controller's deferred step)."""
         handle: asyncio.TimerHandle
 
         def run() -> None:
@@ -275,13 +214,10 @@ class Api:
     def _new_uid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
-    def _ns_key(self, info: ResourceInfo, namespace: str | None) -> str:
-        return (namespace or "") if info.namespaced else ""
-
     def get(self, resource: str, namespace: str | None, name: str) -> Obj:
         """The stored object (not a copy) or 404."""
         info = self.info(resource)
-        obj = self.store.peek(resource, self._ns_key(info, namespace), name)
+        obj = self.store.peek(resource, ns_key(info, namespace), name)
         if obj is None:
             raise not_found(resource, name, info.group)
         return obj
@@ -295,7 +231,7 @@ class Api:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         obj: Obj = clone(body)
-        self._check_kind(info, obj)
+        self.admission.check_kind(info, obj)
         meta = obj.get("metadata")
         if meta is None:
             meta = obj["metadata"] = {}
@@ -317,147 +253,67 @@ class Api:
         else:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = self._generate_name(resource, ns, str(meta["generateName"]))
+            meta["name"] = self.admission.generate_name(resource, ns, str(meta["generateName"]))
         name = meta.get("name")
         causes = v.validate_metadata(resource, meta)
-        causes += self._validate(resource, obj, None)
+        causes += self.admission.validate(resource, obj, None)
         if causes:
             raise invalid(info.kind, str(name or ""), causes)
         name = str(name)
         if info.namespaced:
-            self._check_namespace_open(resource, ns, name, info.group)
+            self.admission.check_namespace_open(resource, ns, name, info.group)
         obj["kind"], obj["apiVersion"] = info.kind, info.api_version
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink"):
             meta.pop(k, None)
         meta["uid"] = self._new_uid()
         meta["creationTimestamp"] = now_iso()
-        self._default(resource, obj)
+        self.admission.default(resource, obj)
         if resource == "pods":
             # Admission (ResourceQuota) runs before storage says AlreadyExists, dry runs included:
             # at a full quota a create of a pod that exists is 403 "exceeded quota", not 409, on
             # a real kube-apiserver (tests/real/test_emulator_parity.py; the creator's re-run
             # asks for the pod itself then).
-            self._admit_pod(ns, name, obj)
+            self.admission.admit_pod(ns, name, obj)
         if self.store.peek(resource, ns, name) is not None:
             raise already_exists(resource, name, info.group)
         if dry_run:
             return obj      # with its uid and no resourceVersion, as the real dry run answers
-        stored = self._commit(resource, None, obj)
+        stored = self.commit(resource, None, obj)
         if resource == "namespaces":
             self._ensure_default_sa(name)
         if resource == "events":
             self._trim_events((ns, name))
         return stored
 
-    def _check_kind(self, info: ResourceInfo, obj: Mapping[str, object]) -> None:
-        kind = obj.get("kind")
-        if kind and kind != info.kind:
-            raise bad_request(f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
-                              f"API version ({info.api_version})" if obj.get("apiVersion") != info.api_version
-                              else f"Kind {kind} does not match the expected kind {info.kind}")
-
-    def _generate_name(self, resource: str, ns: str, prefix: str) -> str:
-        base = prefix[: 63 - 5] if len(prefix) > 58 else prefix
-        for _ in range(16):
-            name = base + "".join(self.rng.choice(_SUFFIX_ALPHABET) for _ in range(5))
-            if self.store.peek(resource, ns, name) is None:
-                return name
-        raise ApiError(409, "AlreadyExists", f'{resource} "{base}" already exists (generateName)')
-
-    def _check_namespace_open(self, resource: str, ns: str, name: str, group: str) -> None:
-        nso = self.store.peek("namespaces", "", ns)
-        if nso is None:
-            raise not_found("namespaces", ns)
-        if meta_of(nso).get("deletionTimestamp"):
-            raise ApiError(403, "Forbidden",
-                           f'{resource} "{name}" is forbidden: unable to create new content in namespace {ns} '
-                           "because it is being terminated",
-                           {"name": name, "kind": resource,
-                            "causes": [{"reason": "NamespaceTerminating", "message": f"namespace {ns} is being "
-                                        "terminated", "field": "metadata.namespace"}]})
-
     def _ensure_default_sa(self, ns: str) -> None:
         if self.store.peek("serviceaccounts", ns, "default") is None:
             self.create("serviceaccounts", ns, {"metadata": {"name": "default"}})
 
-    def _validate(self, resource: str, obj: Obj, old: Obj | None) -> list[v.Cause]:
-        if resource == "pods":
-            causes = v.validate_pod(obj)
-            if old is not None and not causes:
-                causes = v.pod_spec_update_causes(old, obj)
-            return causes
-        if resource == "secrets":
-            v.fold_string_data(obj)
-            causes = v.validate_secret(obj)
-            if old is not None and old.get("immutable") is True:
-                if obj.get("data") != old.get("data"):
-                    causes.append(("data", "FieldValueForbidden", "Forbidden: field is immutable when `immutable` "
-                                   "is set"))
-                if obj.get("immutable") is not True:
-                    causes.append(("immutable", "FieldValueForbidden", "Forbidden: field is immutable when "
-                                   "`immutable` is set"))
-            return causes
-        if resource == "resourcequotas":
-            hard = (obj.get("spec") or {}).get("hard") or {}  # type: ignore[union-attr]
-            causes = []
-            for k, val in hard.items():
-                try:
-                    decode_quantity(val)
-                except QuantityError as e:
-                    causes.append((f"spec.hard[{k}]", "FieldValueInvalid",
-                                   f"Invalid value: {val!r}: {e.server_message}"))
-            return causes
-        return []
-
-    def _default(self, resource: str, obj: Obj) -> None:
-        if resource == "pods":
-            v.default_pod(obj)
-        elif resource == "namespaces":
-            meta = meta_of(obj)
-            labels = meta.setdefault("labels", {})
-            if isinstance(labels, dict):
-                labels["kubernetes.io/metadata.name"] = str(meta["name"])
-            obj["spec"] = {"finalizers": ["kubernetes"]}
-            obj["status"] = {"phase": "Active"}
-        elif resource == "secrets":
-            obj.setdefault("type", "Opaque")
-        elif resource == "nodes":
-            status = obj.setdefault("status", {})
-            if isinstance(status, dict):
-                status.setdefault("capacity", {})
-                status.setdefault("allocatable", dict(status.get("capacity") or {}))
-                status.setdefault("conditions", [])
-        elif resource == "resourcequotas":
-            self._quota_status(obj)
-        elif resource == "events":
-            obj.setdefault("count", 1)
-            now = now_iso()
-            obj.setdefault("firstTimestamp", now)
-            obj.setdefault("lastTimestamp", now)
-            obj.setdefault("type", "Normal")
-
     # ---- the single commit point ----------------------------------------------------------------
-    def _commit(self, resource: str, old: Obj | None, new: Obj) -> Obj:
+    def commit(self, resource: str, old: Obj | None, new: Obj) -> Obj:
+        """Store ``new`` (ADDED when ``old`` is None, else MODIFIED), with its quota charge and a
+        garbage-collector check when one of its owners is already gone."""
         stored = self.store.put(resource, new, "ADDED" if old is None else "MODIFIED")
         meta = meta_of(stored)
         if resource == "pods":
-            self._quota_account(str(meta.get("namespace")), str(meta["name"]), stored)
+            self.admission.account(str(meta.get("namespace")), str(meta["name"]), stored)
         refs = meta.get("ownerReferences")
         if isinstance(refs, list) and refs:
             if any(self.store.peek_uid(str(r.get("uid"))) is None for r in refs if isinstance(r, dict)):
-                self._later(self.opts.gc_delay, self._gc_orphan_check, resource, str(meta.get("namespace") or ""),
-                            str(meta["name"]), str(meta.get("uid")))
+                self.later(self.opts.gc_delay, self.controllers.gc_orphan_check, resource,
+                           str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid")))
         return stored
 
-    def _remove(self, resource: str, obj: Obj) -> Obj:
+    def remove(self, resource: str, obj: Obj) -> Obj:
+        """Take ``obj`` out of the store (DELETED), freeing its quota and collecting its dependents."""
         meta = meta_of(obj)
         ns, name = str(meta.get("namespace") or ""), str(meta["name"])
         final = self.store.remove(resource, ns, name) or obj
         if resource == "pods":
-            self._quota_account(ns, name, None)
+            self.admission.account(ns, name, None)
         uid = meta.get("uid")
         if uid and self.store.dependents_of(str(uid)):
-            self._later(self.opts.gc_delay, self._gc_dependents, str(uid))
+            self.later(self.opts.gc_delay, self.controllers.gc_dependents, str(uid))
         return final
 
     # ---- update / patch -----------------------------------------------------------------------
@@ -467,7 +323,7 @@ class Api:
         info = self.info(resource)
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
-        self._check_kind(info, body)
+        self.admission.check_kind(info, body)
         old = self.get(resource, namespace, name)
         new = clone(body)
         return self._update(info, old, new, subresource, dry_run=dry_run)
@@ -545,7 +401,7 @@ class Api:
                     result.pop("status", None)
             if resource == "namespaces":
                 result["spec"] = clone(old.get("spec"))
-            causes = v.validate_metadata(resource, rmeta) + self._validate(resource, result, old)
+            causes = v.validate_metadata(resource, rmeta) + self.admission.validate(resource, result, old)
             if causes:
                 raise invalid(info.kind, name, causes)
             if (ometa.get("deletionTimestamp") and isinstance(rmeta.get("finalizers"), list)
@@ -554,20 +410,14 @@ class Api:
                                                  "Forbidden: no new finalizers can be added if the object is being "
                                                  "deleted")])
         if resource == "resourcequotas" and subresource != "status":
-            self._quota_status(result)
+            self.admission.quota_status(result)
         if dry_run:
             return result
-        if self._deletion_complete(result):
-            return self._remove(resource, result)
+        if deletion_complete(result):
+            return self.remove(resource, result)
         if _same_content(old, result):
             return old  # the real server does not bump resourceVersion for a no-op update
-        return self._commit(resource, old, result)
-
-    @staticmethod
-    def _deletion_complete(obj: Obj) -> bool:
-        meta = meta_of(obj)
-        return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers") and \
-            not meta.get("deletionGracePeriodSeconds")
+        return self.commit(resource, old, result)
 
     def write(self, resource: str, namespace: str | None, name: str,
               mutate: Callable[[Obj], None], *, status: bool = True) -> Obj:
@@ -585,7 +435,7 @@ class Api:
         """
         old = self.get(resource, namespace, name)
         if status and "spec" in old:
-            new = {k: v if k == "spec" or type(v) in _SCALARS else clone(v) for k, v in old.items()}
+            new = {k: v if k == "spec" or type(v) in SCALARS else clone(v) for k, v in old.items()}
             mutate(new)
             new["spec"] = old["spec"]
         else:
@@ -593,9 +443,9 @@ class Api:
             mutate(new)
         if _same_content(old, new):
             return old
-        if not status and self._deletion_complete(new):
-            return self._remove(resource, new)
-        return self._commit(resource, old, new)
+        if not status and deletion_complete(new):
+            return self.remove(resource, new)
+        return self.commit(resource, old, new)
 
     # ---- delete -------------------------------------------------------------------------------
     def delete(self, resource: str, namespace: str | None, name: str, options: Mapping[str, object] | None = None,
@@ -615,7 +465,7 @@ class Api:
                 raise conflict(resource, name, f"Precondition failed: ResourceVersion in precondition: "
                                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                                f"{meta.get('resourceVersion')}", info.group)
-        grace = self._grace(resource, obj, opts.get("gracePeriodSeconds"))
+        grace = grace_period(resource, obj, opts.get("gracePeriodSeconds"))
         policy = opts.get("propagationPolicy")
         if policy is None and opts.get("orphanDependents") is True:
             policy = "Orphan"
@@ -626,10 +476,10 @@ class Api:
         if dry_run:
             return obj, 200
         if resource == "namespaces":
-            return self._delete_namespace(obj), 202
+            return self.controllers.delete_namespace(obj), 202
         uid = str(meta.get("uid"))
         if policy == "Orphan":
-            self._orphan_dependents(uid)
+            self.controllers.orphan_dependents(uid)
         new = clone(obj)
         nmeta = meta_of(new)
         finalizers = list(nmeta.get("finalizers") or [])
@@ -637,17 +487,17 @@ class Api:
             if not nmeta.get("deletionTimestamp"):
                 finalizers.append("foregroundDeletion")
                 nmeta["finalizers"] = finalizers
-                self._later(self.opts.gc_delay, self._foreground, uid)
+                self.later(self.opts.gc_delay, self.controllers.foreground, uid)
         if nmeta.get("deletionTimestamp"):
             current = nmeta.get("deletionGracePeriodSeconds")
             if isinstance(current, int) and grace < current:
                 nmeta["deletionGracePeriodSeconds"] = grace
                 nmeta["deletionTimestamp"] = now_iso(grace)
-                if self._deletion_complete(new):
+                if deletion_complete(new):
                     if resource == "pods":
-                        new = self._commit(resource, obj, new)
-                    return self._deleted_answer(info, self._remove(resource, new)), 200
-                return self._commit(resource, obj, new), 202
+                        new = self.commit(resource, obj, new)
+                    return deleted_answer(info, self.remove(resource, new)), 200
+                return self.commit(resource, obj, new), 202
             return obj, 202
         if grace == 0 and not finalizers:
             if resource == "pods":
@@ -657,40 +507,15 @@ class Api:
                 # DELETED that carries the stamp (tests/real/test_emulator_parity.py).
                 nmeta["deletionTimestamp"] = now_iso()
                 nmeta["deletionGracePeriodSeconds"] = 0
-                obj = self._commit(resource, obj, new)
-            return self._deleted_answer(info, self._remove(resource, obj)), 200
+                obj = self.commit(resource, obj, new)
+            return deleted_answer(info, self.remove(resource, obj)), 200
         nmeta["deletionTimestamp"] = now_iso(grace)
         nmeta["deletionGracePeriodSeconds"] = grace
-        stored = self._commit(resource, obj, new)
+        stored = self.commit(resource, obj, new)
         if grace > 0:
-            self._later(grace * self.opts.time_scale, self._grace_expired, resource, str(meta.get("namespace") or ""),
+            self.later(grace * self.opts.time_scale, self._grace_expired, resource, str(meta.get("namespace") or ""),
                         name, uid)
         return stored, 202
-
-    def _deleted_answer(self, info: ResourceInfo, final: Obj) -> Obj:
-        if info.plural in ("pods", "namespaces"):
-            return final
-        meta = meta_of(final)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": {"name": meta.get("name"), "kind": info.plural, "uid": meta.get("uid")}}
-
-    def _grace(self, resource: str, obj: Obj, requested: object) -> int:
-        if resource != "pods":
-            return 0
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-        assert isinstance(spec, dict) and isinstance(status, dict)
-        # Unscheduled and terminal pods have nothing to stop: deleted at once (pod strategy).
-        if not spec.get("nodeName") or status.get("phase") in TERMINAL_PHASES:
-            return 0
-        if requested is None:
-            g = spec.get("terminationGracePeriodSeconds", 30)
-            return int(g) if isinstance(g, int) and g >= 0 else 30
-        try:
-            g = int(requested)  # type: ignore[call-overload]
-        except (TypeError, ValueError) as e:
-            raise bad_request(f"invalid gracePeriodSeconds {requested!r}") from e
-        return max(0, g)
 
     def _grace_expired(self, resource: str, ns: str, name: str, uid: str) -> None:
         obj = self.store.peek(resource, ns, name)
@@ -700,10 +525,10 @@ class Api:
             return
         new = clone(obj)
         meta_of(new)["deletionGracePeriodSeconds"] = 0
-        if self._deletion_complete(new):
-            self._remove(resource, new)
+        if deletion_complete(new):
+            self.remove(resource, new)
         else:
-            self._commit(resource, obj, new)
+            self.commit(resource, obj, new)
 
     def delete_collection(self, resource: str, namespace: str | None, label_selector: str | None,
                           field_selector: str | None, options: Mapping[str, object] | None = None) -> Obj:
@@ -716,7 +541,7 @@ class Api:
         except SelectorError as e:
             raise bad_request(str(e)) from e
         items = []
-        for obj in list(self.store.peek_list(resource, self._ns_key(info, namespace) if info.namespaced and
+        for obj in list(self.store.peek_list(resource, ns_key(info, namespace) if info.namespaced and
                                              namespace else None)):
             if pred is None or pred(obj):
                 meta = meta_of(obj)
@@ -728,193 +553,6 @@ class Api:
                 items.append(body if body.get("kind") != "Status" else obj)
         return {"kind": f"{info.kind}List", "apiVersion": info.api_version,
                 "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": items}
-
-    def _delete_namespace(self, ns_obj: Obj) -> Obj:
-        name = str(meta_of(ns_obj)["name"])
-        if name in SYSTEM_NAMESPACES:
-            raise forbidden("namespaces", name, "this namespace may not be deleted")
-        if meta_of(ns_obj).get("deletionTimestamp"):
-            return ns_obj
-        new = clone(ns_obj)
-        meta_of(new)["deletionTimestamp"] = now_iso()
-        meta_of(new)["deletionGracePeriodSeconds"] = 0
-        new["status"] = {"phase": "Terminating"}
-        stored = self._commit("namespaces", ns_obj, new)
-        self._later(self.opts.gc_delay, self._empty_namespace, name)
-        return stored
-
-    def _empty_namespace(self, name: str) -> None:
-        for plural, info in BY_PLURAL.items():
-            if not info.namespaced or plural == "selfsubjectaccessreviews":
-                continue
-            for obj in list(self.store.peek_list(plural, name)):
-                m = meta_of(obj)
-                if m.get("finalizers"):
-                    new = clone(obj)
-                    meta_of(new)["finalizers"] = []
-                    meta_of(new).setdefault("deletionTimestamp", now_iso())
-                    meta_of(new)["deletionGracePeriodSeconds"] = 0
-                    self._remove(plural, new)
-                else:
-                    self._remove(plural, obj)
-        ns_obj = self.store.peek("namespaces", "", name)
-        if ns_obj is not None:
-            self._remove("namespaces", ns_obj)
-
-    # ---- garbage collection -----------------------------------------------------------------------
-    def _owners_alive(self, obj: Obj) -> tuple[int, int]:
-        refs = [r for r in (meta_of(obj).get("ownerReferences") or []) if isinstance(r, dict)]
-        alive = sum(1 for r in refs if self.store.peek_uid(str(r.get("uid"))) is not None)
-        return alive, len(refs)
-
-    def _gc_delete(self, resource: str, ns: str, name: str) -> None:
-        try:
-            self.delete(resource, ns or None, name, {"propagationPolicy": "Background"})
-            log.debug("garbage collector deleted %s %s/%s (owner gone)", resource, ns, name)
-        except ApiError:
-            pass
-
-    def _gc_dependents(self, owner_uid: str) -> None:
-        if self.store.peek_uid(owner_uid) is not None:
-            return
-        for resource, ns, name in self.store.dependents_of(owner_uid):
-            obj = self.store.peek(resource, ns, name)
-            if obj is None:
-                continue
-            alive, total = self._owners_alive(obj)
-            if total and alive == 0:
-                self._gc_delete(resource, ns, name)
-
-    def _gc_orphan_check(self, resource: str, ns: str, name: str, uid: str) -> None:
-        obj = self.store.peek(resource, ns, name)
-        if obj is None or meta_of(obj).get("uid") != uid:
-            return
-        alive, total = self._owners_alive(obj)
-        if total and alive == 0:
-            self._gc_delete(resource, ns, name)
-
-    def _orphan_dependents(self, owner_uid: str) -> None:
-        for resource, ns, name in self.store.dependents_of(owner_uid):
-            def drop(o: Obj) -> None:
-                m = meta_of(o)
-                refs = [r for r in (m.get("ownerReferences") or []) if not (isinstance(r, dict)
-                                                                            and r.get("uid") == owner_uid)]
-                if refs:
-                    m["ownerReferences"] = refs
-                else:
-                    m.pop("ownerReferences", None)
-            try:
-                self.write(resource, ns or None, name, drop, status=False)
-            except ApiError:
-                pass
-
-    def _foreground(self, owner_uid: str) -> None:
-        for resource, ns, name in self.store.dependents_of(owner_uid):
-            try:
-                self.delete(resource, ns or None, name, {"propagationPolicy": "Background"})
-            except ApiError:
-                pass
-        if self.store.dependents_of(owner_uid):
-            self._later(self.opts.gc_delay, self._foreground, owner_uid)
-            return
-        key = self.store._uids.get(owner_uid)
-        if key is None:
-            return
-
-        def unfinalize(o: Obj) -> None:
-            m = meta_of(o)
-            m["finalizers"] = [f for f in (m.get("finalizers") or []) if f != "foregroundDeletion"]
-            if not m["finalizers"]:
-                m.pop("finalizers")
-        try:
-            self.write(key[0], key[1] or None, key[2], unfinalize, status=False)
-        except ApiError:
-            pass
-
-    # ---- quota ----------------------------------------------------------------------------------
-    @staticmethod
-    def pod_usage(pod: Obj) -> dict[str, Fraction]:
-        """What a pod is charged in ResourceQuota terms."""
-        usage: dict[str, Fraction] = {"pods": Fraction(1), "count/pods": Fraction(1)}
-        for k, val in pod_resources(pod, "requests").items():
-            usage[f"requests.{k}"] = val
-            if k in _STD:
-                usage[k] = val
-        for k, val in pod_resources(pod, "limits").items():
-            if k in _STD:
-                usage[f"limits.{k}"] = val
-        return usage
-
-    def _quota_account(self, ns: str, name: str, pod: Obj | None) -> None:
-        old = self._charges.pop((ns, name), None)
-        new = None
-        if pod is not None:
-            status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-            if status.get("phase") not in TERMINAL_PHASES:  # type: ignore[union-attr]
-                new = old if old is not None else self.pod_usage(pod)
-        if new is not None:
-            self._charges[(ns, name)] = new
-        if old == new:
-            return
-        totals = self._ns_totals.setdefault(ns, {})
-        if old:
-            add_into(totals, old, -1)
-        if new:
-            add_into(totals, new)
-        for q in list(self.store.peek_list("resourcequotas", ns)):
-            fresh = clone(q)
-            self._quota_status(fresh)
-            if fresh.get("status") != q.get("status"):
-                self.store.put("resourcequotas", fresh, "MODIFIED")
-
-    def _quota_status(self, quota: Obj) -> None:
-        spec = quota.get("spec") if isinstance(quota.get("spec"), dict) else {}
-        hard = dict((spec or {}).get("hard") or {})  # type: ignore[union-attr]
-        ns = str(meta_of(quota).get("namespace") or "")
-        totals = self._ns_totals.get(ns, {})
-        used = {k: format_quantity(totals.get(k, Fraction(0)), k) for k in hard}
-        quota["status"] = {"hard": hard, "used": used}
-
-    def _admit_pod(self, ns: str, name: str, pod: Obj) -> None:
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-        sa = (spec or {}).get("serviceAccountName")  # type: ignore[union-attr]
-        if sa and self.store.peek("serviceaccounts", ns, str(sa)) is None:
-            raise forbidden("pods", name, f"error looking up service account {ns}/{sa}: serviceaccount \"{sa}\" "
-                            "not found")
-        quotas = list(self.store.peek_list("resourcequotas", ns))
-        if not quotas:
-            return
-        usage = self.pod_usage(pod)
-        totals = self._ns_totals.get(ns, {})
-        for q in sorted(quotas, key=lambda o: str(meta_of(o)["name"])):
-            qname = str(meta_of(q)["name"])
-            hard_raw = ((q.get("spec") or {}).get("hard") or {})  # type: ignore[union-attr]
-            hard = {str(k): decode_quantity(val) for k, val in hard_raw.items()}
-            missing = self._missing_requests(pod, hard)
-            if missing:
-                raise forbidden("pods", name, f"failed quota: {qname}: must specify {missing}")
-            exceeded = sorted(k for k, h in hard.items() if usage.get(k, 0) and totals.get(k, 0) + usage[k] > h)
-            if exceeded:
-                def pp(values: Mapping[str, Fraction], keys: list[str] = exceeded) -> str:
-                    return ",".join(f"{k}={format_quantity(values.get(k, Fraction(0)), k)}" for k in keys)
-                raise forbidden("pods", name, f"exceeded quota: {qname}, requested: {pp(usage)}, used: "
-                                f"{pp(totals)}, limited: {pp(hard)}")
-
-    @staticmethod
-    def _missing_requests(pod: Obj, hard: Mapping[str, Fraction]) -> str:
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-        parts = []
-        for key in sorted(hard):
-            kind, _, res = key.partition(".")
-            if key in ("cpu", "memory"):
-                kind, res = "requests", key
-            if kind not in ("requests", "limits") or res not in ("cpu", "memory"):
-                continue
-            lacking = [str(c.get("name")) for c in (spec or {}).get("containers") or []  # type: ignore[union-attr]
-                       if isinstance(c, dict) and res not in ((c.get("resources") or {}).get(kind) or {})]
-            if lacking:
-                parts.append(f"{key} for: {','.join(lacking)}")
-        return "; ".join(parts)
 
     # ---- subresources -------------------------------------------------------------------------
     def evict(self, namespace: str, name: str, body: object) -> Obj:
@@ -984,7 +622,7 @@ class Api:
             ns, name = self._event_keys.popleft()
             obj = self.store.peek("events", ns, name)
             if obj is not None:
-                self._remove("events", obj)
+                self.remove("events", obj)
 
     def record_event(self, involved: Obj, reason: str, message: str, etype: str = "Normal",
                      component: str = "kubelet", host: str | None = None) -> None:
@@ -1065,6 +703,47 @@ class Api:
             self._pages.pop(snap_key, None)       # the last page: this list is done
         items = [{k: val for k, val in o.items() if k not in ("kind", "apiVersion")} for _, o in keyed[first:end]]
         return {"kind": f"{info.kind}List", "apiVersion": info.api_version, "metadata": list_meta, "items": items}
+
+
+def ns_key(info: ResourceInfo, namespace: str | None) -> str:
+    """The store's namespace key: "" for a cluster-scoped resource."""
+    return (namespace or "") if info.namespaced else ""
+
+
+def deletion_complete(obj: Obj) -> bool:
+    """Whether a deleted object may go now: no finalizers and no grace period left."""
+    meta = meta_of(obj)
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers") and \
+        not meta.get("deletionGracePeriodSeconds")
+
+
+def deleted_answer(info: ResourceInfo, final: Obj) -> Obj:
+    """A finished DELETE's body: the object for pods and namespaces, a Success Status otherwise."""
+    if info.plural in ("pods", "namespaces"):
+        return final
+    meta = meta_of(final)
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": meta.get("name"), "kind": info.plural, "uid": meta.get("uid")}}
+
+
+def grace_period(resource: str, obj: Obj, requested: object) -> int:
+    """The grace period a DELETE gives ``obj``: only a running pod's is more than 0."""
+    if resource != "pods":
+        return 0
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    assert isinstance(spec, dict) and isinstance(status, dict)
+    # Unscheduled and terminal pods have nothing to stop: deleted at once (pod strategy).
+    if not spec.get("nodeName") or status.get("phase") in TERMINAL_PHASES:
+        return 0
+    if requested is None:
+        g = spec.get("terminationGracePeriodSeconds", 30)
+        return int(g) if isinstance(g, int) and g >= 0 else 30
+    try:
+        g = int(requested)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as e:
+        raise bad_request(f"invalid gracePeriodSeconds {requested!r}") from e
+    return max(0, g)
 
 
 def _first(pair: tuple[tuple[str, str], Obj]) -> tuple[str, str]:

@@ -18,8 +18,10 @@ in a log that each new request is matched against, has no PUT, deleteCollection,
 resourceVersion semantics, status subresource or namespaces resource, and answers 200 to creates
 (docs/design.md "kmock 0.8, measured"). Fixing all of that means replacing its store, router and
 watch, so this is a small aiohttp server of our own over an indexed store; the measured numbers
-are in docs/testbed.md. The HTTP layer here only parses requests, counts calls, injects faults
-and serialises answers; the semantics live in :mod:`ce_k8s.sim.kube.api`.
+are in docs/testbed.md. The HTTP layer here only routes requests, counts calls and injects the
+faults that come before an answer; the resource verbs and watches are answered by
+:mod:`ce_k8s.sim.kube.apiserver_resources`, pods/log and the nodes/proxy Summary API by
+:mod:`ce_k8s.sim.kube.apiserver_kubelet`, and the semantics live in :mod:`ce_k8s.sim.kube.api`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -35,30 +36,22 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import yaml
 from aiohttp import web
 
 from ce_k8s.sim.kube import faults as fault_kinds
-from ce_k8s.sim.kube.api import (
-    LOG_STREAM_MODES,
-    AccessRule,
-    Api,
-    ApiOptions,
-    log_lines_of,
-    meta_of,
-    pod_log_stream,
-)
-from ce_k8s.sim.kube.errors import ApiError, bad_request, method_not_allowed
+from ce_k8s.sim.kube.api import LOG_STREAM_MODES, AccessRule, Api, ApiOptions
+from ce_k8s.sim.kube.apiserver_http import MAX_BODY, Route, error_reply, flag, reply
+from ce_k8s.sim.kube.apiserver_kubelet import KubeletEndpoints
+from ce_k8s.sim.kube.apiserver_resources import ResourceHandlers
+from ce_k8s.sim.kube.errors import ApiError
 from ce_k8s.sim.kube.faults import Faults
 from ce_k8s.sim.kube.resources import (
     BY_GROUP_PLURAL,
     SERVER_VERSION,
-    ResourceInfo,
     api_group_doc,
     api_group_list_doc,
     api_versions_doc,
@@ -66,70 +59,19 @@ from ce_k8s.sim.kube.resources import (
     openapi_v3_group_versions,
     resource_list_doc,
 )
-from ce_k8s.sim.kube.selectors import SelectorError, make_filter
-from ce_k8s.sim.kube.store import GoneError, Store
+from ce_k8s.sim.kube.store import Store
 
 __all__ = ["AccessRule", "Api", "ApiError", "ApiServer", "Faults", "Store"]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 3 * 1024 * 1024
-_PATCH_TYPES = {
-    "application/json-patch+json": "json",
-    "application/merge-patch+json": "merge",
-    "application/strategic-merge-patch+json": "strategic",
-    "application/apply-patch+yaml": "apply",
-}
-
-
-@dataclass
-class _Route:
-    """A parsed resource URL."""
-
-    info: ResourceInfo
-    namespace: str | None
-    name: str | None
-    sub: str | None
-    watch_path: bool
-
-
-def _json(body: object, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=_encode(body), status=status, content_type="application/json", headers=headers)
-
-
-def _encode(body: object) -> bytes:
-    """Compact JSON of a reply body.
-
-    Why msgspec: a 500-pod LIST page is ~3 MB of JSON, and the stdlib encoder spent a core-second
-    per 20,000 pods on it, on the two cores the client under test shares with the emulator. The
-    stdlib stays as the fallback for anything msgspec will not encode.
-    """
-    try:
-        return msgspec.json.encode(body)
-    except (TypeError, ValueError, OverflowError):
-        return json.dumps(body, separators=(",", ":")).encode()
-
-
-def _error(e: ApiError) -> web.Response:
-    return _json(e.status(), e.code, e.headers)
-
-
-def _int_param(q: Mapping[str, str], key: str) -> int | None:
-    raw = q.get(key)
-    if raw in (None, ""):
-        return None
-    try:
-        return int(str(raw))
-    except ValueError as e:
-        raise bad_request(f"invalid {key} {raw!r}: must be an integer") from e
-
-
-def _true(q: Mapping[str, str], key: str) -> bool:
-    return str(q.get(key, "")).lower() in ("true", "1")
-
 
 class ApiServer:
-    """The emulator: store + semantics + HTTP + (optionally) the kubelet/scheduler simulator."""
+    """The emulator: store + semantics + HTTP + (optionally) the kubelet/scheduler simulator.
+
+    This class starts and stops it and routes each request; `resources` (apiserver_resources.py)
+    and `kubelet_endpoints` (apiserver_kubelet.py) answer them once it has started.
+    """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, nodes: object = None,
                  faults: Faults | None = None, time_scale: float = 1.0, kubelet: bool = True,
@@ -153,6 +95,8 @@ class ApiServer:
                                           for r in rules] if rules is not None else [AccessRule()])
         self.api: Api | None = None
         self.kubelet: Any = None
+        self.resources: ResourceHandlers | None = None
+        self.kubelet_endpoints: KubeletEndpoints | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.url = ""
         self.kubeconfig_path = ""
@@ -185,6 +129,9 @@ class ApiServer:
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self.api = Api(self.store, self._options, self.loop)
+        self.resources = ResourceHandlers(self.api, self.faults, self.bookmark_interval)
+        self.kubelet_endpoints = KubeletEndpoints(self.api, self._options, lambda: self.kubelet, self._count,
+                                                  self._stopping)
         loop = self.loop
 
         def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
@@ -369,7 +316,7 @@ class ApiServer:
         with self._calls_lock:
             self._calls[(verb, resource)] += 1
 
-    # ---- HTTP -------------------------------------------------------------------------------------
+    # ---- HTTP: routing -----------------------------------------------------------------------------
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         transport = request.transport
         if transport is not None and transport not in self._transports:
@@ -378,14 +325,14 @@ class ApiServer:
         try:
             return await self._dispatch(request)
         except ApiError as e:
-            return _error(e)
+            return error_reply(e)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except web.HTTPRequestEntityTooLarge:
-            return _error(ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"))
+            return error_reply(ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"))
         except Exception as e:
             log.exception("emulator error on %s %s", request.method, request.path_qs)
-            return _error(ApiError(500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"))
+            return error_reply(ApiError(500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"))
 
     def _discovery(self, parts: list[str]) -> dict[str, object] | None:
         if parts in (["version"],):
@@ -402,7 +349,7 @@ class ApiServer:
             return resource_list_doc(parts[1], parts[2])
         return None
 
-    def _parse(self, parts: list[str]) -> _Route | None:
+    def _parse(self, parts: list[str]) -> Route | None:
         if parts[0] == "api" and len(parts) >= 3:
             group, version, rest = "", parts[1], parts[2:]
         elif parts[0] == "apis" and len(parts) >= 4:
@@ -422,41 +369,42 @@ class ApiServer:
         info = BY_GROUP_PLURAL.get((group, rest[0]))
         if info is None or info.version != version:
             return None
-        return _Route(info, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None,
+        return Route(info, namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None,
                       watch_path)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         method = request.method
         if not parts:
-            return _json({"paths": ["/api", "/api/v1", "/apis", "/version"]})
+            return reply({"paths": ["/api", "/api/v1", "/apis", "/version"]})
         if parts[0] == "_sim" and self._stats is not None:
             if parts == ["_sim", "stats"] and method == "GET":
-                return _json(self.stats())
-            return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
+                return reply(self.stats())
+            return error_reply(ApiError(404, "NotFound", "the server could not find the requested resource"))
         if method == "GET":
             doc = self._discovery(parts)
             if doc is not None:
-                return _json(doc)
+                return reply(doc)
             if parts[0] in ("healthz", "livez", "readyz"):
                 return web.Response(text="ok")
             if parts[0] == "openapi":
                 return self._openapi(parts)
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) >= 5 and parts[4] == "proxy":
-            return await self._node_proxy(request, parts[3], "/".join(parts[5:]))
+            assert self.kubelet_endpoints is not None
+            return await self.kubelet_endpoints.node_proxy(request, parts[3], "/".join(parts[5:]))
         route = self._parse(parts)
         if route is None:
-            return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
+            return error_reply(ApiError(404, "NotFound", "the server could not find the requested resource"))
         q = request.query
         info = route.info
-        watch = route.watch_path or _true(q, "watch")
+        watch = route.watch_path or flag(q, "watch")
         verb = self._verb(method, route, watch)
         res_key = info.plural + (f"/{route.sub}" if route.sub else "")
         self._count(verb, res_key)
         delay = self.faults.delay()
         if delay:
             await asyncio.sleep(delay)
-        assert self.api is not None
+        assert self.api is not None and self.resources is not None and self.kubelet_endpoints is not None
         if self._options.enforce_rbac and not self.api.allowed(verb, res_key, info.group, route.namespace or ""):
             raise ApiError(403, "Forbidden",
                            f'{info.plural} is forbidden: User "{self._options.user}" cannot {verb} resource '
@@ -472,16 +420,16 @@ class ApiServer:
         if fault == fault_kinds.ERROR:
             raise ApiError(500, "InternalError", "Internal error occurred: injected fault (ce-k8s sim)")
         if watch:
-            return await self._watch(request, route)
+            return await self.resources.watch(request, route)
         if route.sub == "log":
-            return await self._log(request, route)
-        response = await self._serve(request, route, verb)
+            return await self.kubelet_endpoints.log(request, route)
+        response = await self.resources.serve(request, route, verb)
         if fault == fault_kinds.TIMEOUT:
-            await self._lose_answer(request)
+            await self.resources.lose_answer(request)
         return response
 
     @staticmethod
-    def _verb(method: str, route: _Route, watch: bool) -> str:
+    def _verb(method: str, route: Route, watch: bool) -> str:
         if method == "GET":
             if watch:
                 return "watch"
@@ -496,88 +444,6 @@ class ApiServer:
             return "delete" if route.name else "deletecollection"
         return method.lower()
 
-    async def _lose_answer(self, request: web.BaseRequest) -> None:
-        """The write is applied; now make sure the client never gets the answer."""
-        if self.faults.timeout_mode == "hang":
-            await asyncio.sleep(self.faults.hang_seconds)
-        if request.transport is not None:
-            request.transport.abort()
-        raise asyncio.CancelledError
-
-    async def _body(self, request: web.BaseRequest, yaml_ok: bool = False) -> object:
-        raw = await request.read()
-        if not raw:
-            return None
-        try:
-            if yaml_ok:
-                return yaml.safe_load(raw)
-            return json.loads(raw)
-        except (ValueError, yaml.YAMLError) as e:
-            raise bad_request(f"the body of the request was in an unknown format: {e}") from e
-
-    async def _serve(self, request: web.BaseRequest, route: _Route, verb: str) -> web.StreamResponse:
-        api = self.api
-        assert api is not None
-        q = request.query
-        info, ns, name, sub = route.info, route.namespace, route.name, route.sub
-        dry_run = q.get("dryRun") == "All"
-        plural = info.plural
-        if sub not in (None, "status", "eviction", "binding") or (sub and plural != "pods" and sub != "status") \
-                or (sub == "status" and not info.has_status):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if verb == "get":
-            assert name is not None
-            return _json(api.get(plural, ns, name))
-        if verb == "list":
-            if sub:
-                raise method_not_allowed()
-            return _json(api.list(plural, ns, q.get("labelSelector"), q.get("fieldSelector"),
-                                  _int_param(q, "limit"), q.get("continue")))
-        if verb == "create":
-            body = await self._body(request)
-            if name is None:
-                return _json(api.create(plural, ns, body, dry_run=dry_run), 201)
-            if sub == "eviction" and ns:
-                return _json(api.evict(ns, name, body), 201)
-            if sub == "binding" and ns:
-                return _json(api.bind(ns, name, body), 201)
-            raise method_not_allowed()
-        if verb == "update":
-            if name is None:
-                raise method_not_allowed()
-            body = await self._body(request)
-            return _json(api.replace(plural, ns, name, body, sub, dry_run=dry_run))
-        if verb == "patch":
-            if name is None:
-                raise method_not_allowed()
-            ctype = request.content_type
-            ptype = _PATCH_TYPES.get(ctype)
-            if ptype is None:
-                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                               f"accepted media types include: {', '.join(_PATCH_TYPES)}")
-            body = await self._body(request, yaml_ok=ptype == "apply")
-            if ptype == "apply" and api.store.peek(plural, ns or "" if info.namespaced else "", name) is None:
-                if isinstance(body, dict):
-                    body.setdefault("metadata", {})["name"] = name
-                return _json(api.create(plural, ns, body, dry_run=dry_run), 201)
-            return _json(api.patch(plural, ns, name, ptype, body, sub, dry_run=dry_run))
-        if verb in ("delete", "deletecollection"):
-            if sub:
-                raise method_not_allowed()
-            body = await self._body(request)
-            opts: dict[str, object] = dict(body) if isinstance(body, dict) else {}
-            grace = _int_param(q, "gracePeriodSeconds")
-            if grace is not None and "gracePeriodSeconds" not in opts:
-                opts["gracePeriodSeconds"] = grace
-            if q.get("propagationPolicy") and "propagationPolicy" not in opts:
-                opts["propagationPolicy"] = q["propagationPolicy"]
-            if name is None:
-                return _json(api.delete_collection(plural, ns, q.get("labelSelector"), q.get("fieldSelector"),
-                                                   opts))
-            answer, code = api.delete(plural, ns, name, opts, dry_run=dry_run)
-            return _json(answer, code)
-        raise method_not_allowed()
-
     def _openapi(self, parts: list[str]) -> web.Response:
         # kubectl (create/apply without --validate=false) asks /openapi/v3 whether the server
         # validates fields itself: it looks for a PATCH operation tagged with the kind's
@@ -585,252 +451,10 @@ class ApiServer:
         # makes it send ?fieldValidation=Strict instead of downloading the full v2 schema, which
         # this emulator does not have.
         if parts == ["openapi", "v3"]:
-            return _json({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=ce-k8s-sim"}
+            return reply({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=ce-k8s-sim"}
                                     for gv in openapi_v3_group_versions()}})
         if len(parts) >= 4 and parts[:2] == ["openapi", "v3"]:
             doc = openapi_v3_doc("/".join(parts[2:]))
             if doc is not None:
-                return _json(doc)
-        return _error(ApiError(404, "NotFound", "the server could not find the requested resource"))
-
-    # ---- watch ------------------------------------------------------------------------------------
-    async def _watch(self, request: web.BaseRequest, route: _Route) -> web.StreamResponse:
-        q = request.query
-        info = route.info
-        if route.sub:
-            raise method_not_allowed()
-        fsel = q.get("fieldSelector")
-        if route.name:
-            fsel = ",".join(x for x in (fsel, f"metadata.name={route.name}") if x)
-        try:
-            pred = make_filter(q.get("labelSelector"), fsel, info.plural)
-        except SelectorError as e:
-            raise bad_request(str(e)) from e
-        since = _int_param(q, "resourceVersion")
-        timeout = _int_param(q, "timeoutSeconds")
-        bookmarks = _true(q, "allowWatchBookmarks")
-        ns = route.namespace if info.namespaced else None
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
-                                                       "Cache-Control": "no-cache, private"})
-        resp.enable_chunked_encoding()
-        try:
-            watcher = self.store.open_watch(info.plural, ns, pred, since)
-        except GoneError as e:
-            await resp.prepare(request)
-            err = ApiError(410, "Expired", str(e))
-            await resp.write(json.dumps({"type": "ERROR", "object": err.status()}).encode() + b"\n")
-            await resp.write_eof()
-            return resp
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        deadline = start + timeout if timeout else None
-        cut_after = self.faults.cut_after
-        cut_at = start + cut_after if cut_after else None
-        next_bookmark = start + self.bookmark_interval
-        try:
-            await resp.prepare(request)
-            while True:
-                now = loop.time()
-                ends = [t for t in (deadline, cut_at) if t is not None]
-                if bookmarks:
-                    ends.append(next_bookmark)
-                wait = max(0.0, min(ends) - now) if ends else None
-                try:
-                    line = await asyncio.wait_for(watcher.queue.get(), wait)
-                except TimeoutError:
-                    now = loop.time()
-                    if cut_at is not None and now >= cut_at:
-                        self.faults._count(fault_kinds.CUT)
-                        self._abort(request)
-                        return resp
-                    if deadline is not None and now >= deadline:
-                        if bookmarks:
-                            await resp.write(self._bookmark(info))
-                        break
-                    if bookmarks and now >= next_bookmark:
-                        await resp.write(self._bookmark(info))
-                        next_bookmark = now + self.bookmark_interval
-                    continue
-                if line is None:
-                    break
-                chunk = [line]
-                cut = self.faults.cut_watch_now(info.plural) if (self.faults.cut_rate or self.faults.scripted) \
-                    else False
-                while not cut and not watcher.queue.empty() and len(chunk) < 256:
-                    nxt = watcher.queue.get_nowait()
-                    if nxt is None:
-                        watcher.queue.put_nowait(None)
-                        break
-                    chunk.append(nxt)
-                    if self.faults.cut_rate or self.faults.scripted:
-                        cut = self.faults.cut_watch_now(info.plural)
-                await resp.write(b"".join(chunk))
-                if cut:
-                    self._abort(request)
-                    return resp
-            await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
-        finally:
-            self.store.close_watch(watcher)
-        return resp
-
-    @staticmethod
-    def _abort(request: web.BaseRequest) -> None:
-        """Cut the connection mid-stream (no terminating chunk): what a dropped watch looks like."""
-        if request.transport is not None:
-            request.transport.abort()
-
-    def _bookmark(self, info: ResourceInfo) -> bytes:
-        obj = {"kind": info.kind, "apiVersion": info.api_version,
-               "metadata": {"resourceVersion": str(self.store.resource_version)}}
-        return json.dumps({"type": "BOOKMARK", "object": obj}, separators=(",", ":")).encode() + b"\n"
-
-    # ---- nodes/proxy: the kubelet's Summary API ----------------------------------------------------
-    async def _node_proxy(self, request: web.BaseRequest, node: str, path: str) -> web.StreamResponse:
-        """``GET /api/v1/nodes/{node}/proxy/stats/summary``: the kubelet's stats/v1alpha1 Summary
-        (ce_k8s.sim.kube.kubelet_stats). The API server authorises it as ``get`` on ``nodes/proxy``
-        (a cluster-scoped subresource), so with RBAC enforced and no rule for it, or with the
-        kubelet's ``usage.denied`` switch on, the answer is the real server's 403.
-        """
-        self._count("get", "nodes/proxy")
-        assert self.api is not None
-        denied = self.kubelet is not None and self.kubelet.usage.denied
-        if denied or (self._options.enforce_rbac and not self.api.allowed("get", "nodes/proxy", "", "")):
-            raise ApiError(403, "Forbidden",
-                           f'nodes "{node}" is forbidden: User "{self._options.user}" cannot get resource '
-                           '"nodes/proxy" in API group "" at the cluster scope', {"name": node, "kind": "nodes"})
-        if request.method != "GET":
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        if self.store.peek("nodes", "", node) is None:
-            raise ApiError(404, "NotFound", f'nodes "{node}" not found', {"name": node, "kind": "nodes"})
-        if path.rstrip("/") != "stats/summary":
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        doc = self.kubelet.summary(node) if self.kubelet is not None else None
-        if doc is None:
-            # What the API server answers when it cannot reach the node's kubelet.
-            raise ApiError(503, "ServiceUnavailable", f'error trying to reach service: dial tcp: node "{node}" '
-                           "is not reachable")
-        return _json(doc)
-
-    # ---- pods/log ---------------------------------------------------------------------------------
-    async def _log(self, request: web.BaseRequest, route: _Route) -> web.StreamResponse:
-        api = self.api
-        assert api is not None
-        if route.info.plural != "pods" or not route.name or not route.namespace or request.method != "GET":
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        q = request.query
-        ns, name = route.namespace, route.name
-        tail = _int_param(q, "tailLines")
-        limit = _int_param(q, "limitBytes")
-        since = _int_param(q, "sinceSeconds")
-        stream = pod_log_stream(self._options.log_streams, name, q.get("stream"), tail, limit, since)
-        pod = api.get("pods", ns, name)
-        container = self._log_container(pod, q.get("container"))
-        if not (pod.get("spec") or {}).get("nodeName"):
-            # No kubelet to ask yet: kube-apiserver's podLogLocation returns no location and the
-            # answer is 200 with an empty body (tests/real/test_emulator_parity.py).
-            return web.Response(body=b"", status=200, content_type="text/plain")
-        self._check_log_ready(pod, container)
-        stamps = _true(q, "timestamps")
-        if _true(q, "previous"):
-            raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-        key = (ns, name, container)
-
-        def render(lines: list[tuple[str, str, str]]) -> bytes:
-            lines = log_lines_of(lines, stream)
-            if since is not None:
-                cutoff = time.time() - since
-                lines = [x for x in lines if _ts_epoch(x[0]) >= cutoff]
-            return "".join((f"{ts} {text}" if stamps else text) for ts, _, text in lines).encode()
-
-        # tailLines counts lines of the combined log: validation allows it only with stream All.
-        lines = list(self.store.logs.get(key, ()))
-        if tail is not None:
-            lines = lines[-tail:] if tail else []
-        body = render(lines)
-        # limitBytes counts the bytes of the selected stream (timestamps included), as the kubelet
-        # stops writing to that stream's writer; with `follow` it ends the stream too.
-        left = limit if limit is not None else -1
-        if left >= 0:
-            body = body[:left]
-            left -= len(body)
-        if not _true(q, "follow"):
-            return web.Response(body=body, content_type="text/plain")
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        await resp.write(body)
-        sent = len(self.store.logs.get(key, ()))
-        try:
-            while left != 0:
-                await asyncio.sleep(0.02)
-                current = self.store.logs.get(key, [])
-                if len(current) > sent:
-                    more = render(current[sent:])
-                    if left > 0:
-                        more = more[:left]
-                        left -= len(more)
-                    if more:
-                        await resp.write(more)
-                    sent = len(current)
-                pod_now = self.store.peek("pods", ns, name)
-                if pod_now is None or _container_state(pod_now, container) == "terminated" or (
-                        self._stopping is not None and self._stopping.is_set()):
-                    break
-            await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
-        return resp
-
-    @staticmethod
-    def _log_container(pod: Mapping[str, Any], wanted: str | None) -> str:
-        name = meta_of(pod).get("name")
-        spec = pod.get("spec") or {}
-        names = [str(c.get("name")) for c in spec.get("containers") or []]
-        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
-        if wanted:
-            if wanted not in names + inits:
-                raise bad_request(f"container {wanted} is not valid for pod {name}")
-            return wanted
-        if len(names) != 1:
-            raise bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                              f"[{' '.join(names)}]" + (f" or one of the init containers: [{' '.join(inits)}]"
-                                                         if inits else ""))
-        return names[0]
-
-    @staticmethod
-    def _check_log_ready(pod: Mapping[str, Any], container: str) -> None:
-        name = meta_of(pod).get("name")
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        statuses += (pod.get("status") or {}).get("initContainerStatuses") or []
-        for cs in statuses:
-            if cs.get("name") == container:
-                waiting = (cs.get("state") or {}).get("waiting")
-                if waiting and not cs.get("lastState", {}).get("terminated"):
-                    reason = waiting.get("reason", "ContainerCreating")
-                    # The kubelet's words (validateContainerLogStatus, pkg/kubelet/kubelet_pods.go).
-                    if reason == "ErrImagePull":
-                        reason = "image can't be pulled"
-                    elif reason == "ImagePullBackOff":
-                        reason = "trying and failing to pull image"
-                    raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
-                return
-        raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
-
-
-def _container_state(pod: Mapping[str, Any], container: str) -> str | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == container:
-            state = cs.get("state") or {}
-            return next(iter(state), None)
-    return None
-
-
-def _ts_epoch(ts: str) -> float:
-    """Seconds since the epoch of an RFC 3339 timestamp with nanoseconds (our log stamps)."""
-    import datetime as dt
-
-    base, _, frac = ts.rstrip("Z").partition(".")
-    t = dt.datetime.strptime(base, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC).timestamp()
-    return t + (float("0." + frac) if frac else 0.0)
+                return reply(doc)
+        return error_reply(ApiError(404, "NotFound", "the server could not find the requested resource"))
