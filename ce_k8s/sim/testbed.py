@@ -29,6 +29,7 @@ from typing import Any
 
 from ce_k8s.sim.condor.router import Router
 from ce_k8s.sim.condor.schedd import JobStatus, Schedd, eval_int, eval_str
+from ce_k8s.sim.kubeseam import HandedInKubeServer
 from ce_k8s.sim.outcomes import REMOVED, classify
 from ce_k8s.sim.pilots import Pilot, generate, spool_sandbox
 
@@ -289,7 +290,8 @@ class TestBed:
                  max_running_hooks: int = 24, mirror_lag: int = 20, watch_cut_rate: float | None = None,
                  agent_log: bool = False, extra_config: str = "", spawn_threads: int = 0,
                  spawn_process: bool = False,
-                 api_process: bool = False, batch_route: bool = False, kube_server: Any = None) -> None:
+                 api_process: bool = False, batch_route: bool = False,
+                 kube_server: HandedInKubeServer | None = None) -> None:
         self.config_path = config
         self.nodes = nodes
         self.fault_rate = fault_rate
@@ -310,8 +312,9 @@ class TestBed:
         if api_process and fault_rate:
             raise ValueError("fault injection needs the in-process API emulator (api_process=False)")
         # kube_server: a real control plane instead of the emulator (ce_k8s.real.kube.kubeserver's
-        # RealKubeServer, handed in by the caller: the test bed never imports the real room). The
-        # agent then runs with the kubeconfig it writes (its ServiceAccount's token).
+        # RealKubeServer, handed in by the caller: the test bed never imports the real room; what the
+        # bed uses of it is ce_k8s.sim.kubeseam.HandedInKubeServer). The agent then runs with the
+        # kubeconfig it writes (its ServiceAccount's token).
         if kube_server is not None and fault_rate:
             raise ValueError("fault injection needs the API emulator; a real API server injects none")
         self.kube_server = kube_server

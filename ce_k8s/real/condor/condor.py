@@ -48,8 +48,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from ce_k8s.real.condor.condorcommands import CondorCommands
+from ce_k8s.real.condor.condorconfig import (  # noqa: F401 - the bed's configuration, as its users import it
+    BATCH_START,
+    BLAH_RECORDER,
+    LOCAL_TRUST,
+    agent_and_demo_config,
+    batch_config,
+    testbed_config,
+)
+from ce_k8s.real.condor.condorlayout import (  # noqa: F401 - the bed's names, as its users import them
+    BATCH_ACCOUNT,
+    BATCH_SCHEDD,
+    BATCH_SLOT_MEMORY,
+    BATCH_SLOTS,
+    CE_SCHEDD,
+    COLLECTOR_PORT,
+    FACTORY_SCHEDD,
+    HOOK_DIR,
+    RealCondorError,
+)
+from ce_k8s.real.processes import alive
+from ce_k8s.real.processes import processes_in as _processes_in
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,21 +104,9 @@ PACKAGES = ("condor", "python3")
 APT_OPTIONS = ("-o", "Acquire::Check-Valid-Until=false")
 MARKER = ".ce-k8s-root"             # written last: a root without it is rebuilt
 PKG_MOUNT = "/opt/ce-k8s/lib"        # the hooks' sys.path entry inside the root
-HOOK_DIR = "/usr/libexec/ce-k8s"     # the launchers, inside the root (0755: the router refuses
-                                     # a hook in a world-writable directory)
 CONFIG_DIR = "/etc/condor/config.d"
 AGENT_LOG = "/var/log/condor/CeK8sAgentLog"
 DEBIAN_CONFIG = frozenset({"00-htcondor-9.0.config"})   # what the condor package puts there
-COLLECTOR_PORT = 19618
-CE_SCHEDD = "ce"
-FACTORY_SCHEDD = "factory"
-#: The batch pool's schedd (`RealCondor(batch=True)`; docs/real-condor.md, "The batch pool").
-BATCH_SCHEDD = "batch"
-#: The account the batch pool's token maps to (`RealCondor.batch_token`): its jobs run as this uid.
-BATCH_ACCOUNT = "htcuser"
-#: The batch startd's static slots, whatever the machine has (2 cores here): enough for a few jobs at once.
-BATCH_SLOTS = 4
-BATCH_SLOT_MEMORY = 1024           # MB per slot; MEMORY = BATCH_SLOTS * this
 # The pilot accounts of ce_k8s.sim.pilots.OWNERS, the factory's account, one user of the Slurm route,
 # and the batch pool's user.
 ACCOUNTS = {"osg01": 47001, "cmspilot": 47002, "osggpu": 47003, "atlaspilot": 47004, "gfactory": 47010,
@@ -106,10 +116,6 @@ BLAH_SCRIPTS = ("submit", "status", "cancel", "hold", "resume", "ping")
 DEFAULT_NODES = ("cpu:8x64c256g,"
                  "gpu:2x32c256g4gpu:taint=nvidia.com/gpu:NoSchedule:label=nvidia.com/gpu.present=true,"
                  "wholenode:2x64c256g:label=ce-k8s.htcondor.org/pool=wholenode")
-
-
-class RealCondorError(RuntimeError):
-    """The environment cannot be built or started; the message says what to do."""
 
 
 # ---------------------------------------------------------------------------------- the root
@@ -260,242 +266,6 @@ def _bind(src: str | Path, root: Path, dest: str | None = None, readonly: bool =
     return str(target)
 
 
-def _processes_in(root: Path) -> list[int]:
-    """Pids whose root directory is `root` (what a chroot started and what they started)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{entry}/root") == str(root):
-                pids.append(int(entry))
-    return pids
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        return fh.read().split(") ")[-1][:1] != "Z"
-    return True
-
-
-# ---------------------------------------------------------------------------------- configuration
-#: Authentication and authorization among the test accounts of one root (loopback only): the
-#: default bed's whole CE and the stock mode's factory host (ce_k8s.real.condor.stockce), never its CE.
-LOCAL_TRUST = """\
-SEC_DEFAULT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
-SEC_CLIENT_AUTHENTICATION_METHODS = FS, CLAIMTOBE
-ALLOW_READ = *
-ALLOW_WRITE = *
-ALLOW_NEGOTIATOR = *
-ALLOW_ADMINISTRATOR = *
-ALLOW_DAEMON = *
-ALLOW_OWNER = *
-QUEUE_SUPER_USERS = root, condor
-"""
-
-
-def agent_and_demo_config(state: Path) -> str:
-    """The agent's files in the state directory, and the DemoScenario transform: the same on the
-    default bed and on the CE's own configuration (ce_k8s.real.condor.stockce)."""
-    return f"""\
-CE_K8S_HOOK_DIR = {HOOK_DIR}
-CE_K8S_SOCKET = {state}/run/agent.sock
-CE_K8S_SPOOL = {state}/spool
-CE_K8S_OUTPUT_DIR = {state}/output
-CE_K8S_KUBECONFIG = {state}/kubeconfig
-CE_K8S_CE_NAME = real-condor-testbed
-CE_K8S_METRICS_ADDRESS =
-# the wrapper already appends the agent's stderr to $(LOG)/CeK8sAgentLog: no second writer
-CE_K8S_AGENT_LOG = none
-CE_K8S_GC_GRACE = 30
-CE_K8S_HOOK_TIMEOUT = 30
-# The emulator's kubelets answer the Summary API at the API server's node proxy only (docs/testbed.md).
-CE_K8S_USAGE_SOURCE = proxy
-
-# The kubelet simulator plays each pilot's DemoScenario (ce_k8s.sim.pilots).
-JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoScenario
-JOB_ROUTER_TRANSFORM_DemoScenario @=jrt
-    REQUIREMENTS DemoScenario isnt undefined
-    SET K8sAnnotations [ 'sim.ce-k8s.io/scenario' = "$(MY.DemoScenario)" ]
-@jrt
-
-# A pilot the demo sends to a real node (ce_k8s.real.node.node) runs its own glidein script in busybox,
-# the one image the node has; only pods that select and tolerate the real node land there.
-JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoRealNode
-JOB_ROUTER_TRANSFORM_DemoRealNode @=jrt
-    REQUIREMENTS DemoRealNode is true
-    SET K8sImage "ce-k8s.invalid/busybox:1.35"
-    SET K8sNodeSelector [ 'ce-k8s.test/real-node' = "true" ]
-    SET K8sTolerations {{ [ key = "ce-k8s.test/real-node"; operator = "Exists"; effect = "NoSchedule" ] }}
-@jrt
-"""
-
-
-def testbed_config(state: Path, poll: int, python_prefix: str, batch: bool = False) -> str:
-    """The test bed's own layer over the shipped ce-k8s files (sorted last: `99-`); with `batch`, the
-    batch pool's layer (`batch_config`) at its end, so that it overrides what it must."""
-    return f"""\
-# ce-k8s real-HTCondor test bed (ce_k8s/real/condor/condor.py; docs/real-condor.md).
-CONDOR_HOST = 127.0.0.1
-NETWORK_INTERFACE = 127.0.0.1
-USE_SHARED_PORT = False
-COLLECTOR_HOST = 127.0.0.1:{COLLECTOR_PORT}
-DAEMON_LIST = MASTER, COLLECTOR, SCHEDD, JOB_ROUTER, FACTORY_SCHEDD, CE_K8S_AGENT
-SCHEDD_NAME = {CE_SCHEDD}
-SPOOL = {state}/spool
-# Loopback only; every user on this root is a test account.
-{LOCAL_TRUST}SCHEDD_INTERVAL = 5
-SCHEDD_MIN_INTERVAL = 1
-JOB_ROUTER_POLLING_PERIOD = {poll}
-JOB_ROUTER_SCHEDD1_SPOOL = $(SPOOL)
-# A completed routed job leaves the queue by the schedd's periodic-expression pass (it is
-# "ScheddDone", schedd.cpp PeriodicExprEval); the router must not forget a retired job sooner
-# (MAX_JOB_MIRROR_UPDATE_LAG, default 600 s), or it adopts the finished job again.
-PERIODIC_EXPR_INTERVAL = 5
-# so that `condor_restart -daemon job_router` finds the router (it advertises no ad)
-JOB_ROUTER_ADDRESS_FILE = $(LOG)/.job_router_address
-JOB_ROUTER_DEBUG = D_FULLDEBUG
-GRIDMANAGER_JOB_PROBE_INTERVAL = 5
-C_GAHP_CONTACT_SCHEDD_DELAY = 2
-GRIDMANAGER_MAX_SUBMITTED_JOBS_PER_RESOURCE = 1000
-MASTER_NEW_BINARY_RESTARTS = NEVER
-MASTER_BACKOFF_CONSTANT = 1
-MASTER_BACKOFF_CEILING = 5
-
-# The factory: a second schedd that submits pilots to the CE over HTCondor-C, as GlideinWMS does.
-FACTORY_SCHEDD = $(SCHEDD)
-FACTORY_SCHEDD_ARGS = -local-name {FACTORY_SCHEDD}
-{FACTORY_SCHEDD}.SCHEDD_NAME = {FACTORY_SCHEDD}
-{FACTORY_SCHEDD}.SPOOL = {state}/factory-spool
-{FACTORY_SCHEDD}.SCHEDD_LOG = $(LOG)/SchedLog.{FACTORY_SCHEDD}
-{FACTORY_SCHEDD}.SCHEDD_ADDRESS_FILE = {state}/factory-spool/.schedd_address
-{FACTORY_SCHEDD}.JOB_QUEUE_LOG = {state}/factory-spool/job_queue.log
-{FACTORY_SCHEDD}.SCHEDD_DAEMON_AD_FILE = {state}/factory-spool/.schedd_classad
-DC_DAEMON_LIST = + FACTORY_SCHEDD
-
-# ce-k8s: the agent under condor_master (non-DaemonCore) and the information provider in the
-# CE schedd's cron, both on this checkout's interpreter.
-CE_K8S_INFO_EXECUTABLE = {python_prefix}/bin/ce-k8s
-CE_K8S_INFO_CONFIG = /etc/condor/condor_config
-{FACTORY_SCHEDD}.SCHEDD_CRON_CEK8SINFO_EXECUTABLE = /bin/true
-CE_K8S_AGENT = {HOOK_DIR}/ce-k8s-agent-testbed
-CE_K8S_AGENT_ARGS = agent --verbose --config /etc/condor/condor_config
-CE_K8S_AGENT_ENVIRONMENT = "CONDOR_CONFIG=/etc/condor/condor_config PYTHONUNBUFFERED=1"
-{agent_and_demo_config(state)}
-# A batch route next to ours, as on a mixed CE (HTCondor-CE's own Slurm route shape). It takes
-# only jobs that ask for it, and it is tried first.
-JOB_ROUTER_ROUTE_Slurm_Cluster @=jrt
-    REQUIREMENTS TestBatchRoute =?= true
-    UNIVERSE 9
-    GridResource = "batch slurm"
-@jrt
-JOB_ROUTER_ROUTE_NAMES = Slurm_Cluster $(JOB_ROUTER_ROUTE_NAMES)
-""" + (batch_config(state) if batch else "")
-
-
-#: The batch startd's START: only jobs whose GlobalJobId the batch schedd wrote. Each schedd sets
-#: GlobalJobId itself at submit (`<Name>#<cluster>.<proc>#<qdate>`, the batch schedd's Name being
-#: `batch@<host>`), overwriting a `+GlobalJobId` of the submit file; a job attribute of the
-#: submitter's choosing (`+BatchJob = true`) could not keep a CE job off the slots. But a job's
-#: owner may `condor_qedit` GlobalJobId afterwards (seen: a CE job edited to `batch@...` was
-#: claimed and started within seconds), so batch mode also makes it a PROTECTED_JOB_ATTRS
-#: (only the queue super users, root and condor, may change it).
-BATCH_START = f'regexp("^{BATCH_SCHEDD}@", TARGET.GlobalJobId ?: "")'
-
-
-def batch_config(state: Path) -> str:
-    """The batch pool (`RealCondor(batch=True)`): a third schedd, a negotiator and a startd under the
-    same master and collector, and IDTOKENS beside FS/CLAIMTOBE (docs/real-condor.md, "The batch pool").
-
-    Why each part:
-
-    * **The START rule.** With a negotiator and a startd in the pool, the CE schedd's idle vanilla
-      source jobs are candidates for a match like any job. A pilot must run once, where the router
-      sends it (a Kubernetes pod), never also on a local slot; so the startd takes only jobs whose
-      GlobalJobId the batch schedd wrote (`BATCH_START`), and GlobalJobId is protected from its
-      owner's `condor_qedit`.
-    * **Short intervals**, so that a batch job starts within seconds instead of HTCondor's minute:
-      negotiation every 2 s, and NEGOTIATOR_CYCLE_DELAY (the negotiator's own floor between two
-      cycles, 20 s by default and in no param table; with it, cycles ran 20 s apart whatever
-      NEGOTIATOR_INTERVAL said) at 1 s. The CE schedd keeps the bed's SCHEDD_INTERVAL of 5 s.
-    * **Static slots** (`BATCH_SLOTS` of `BATCH_SLOT_MEMORY` MB): a fixed pool on any machine; no
-      benchmarks at start (the first slot sat in Benchmarking).
-    * **MOUNT_UNDER_SCRATCH empty**: the starter gives a job a private /tmp and /var/tmp with
-      unshare(CLONE_NEWNS), which a chrooted process is refused ("Failed to unshare the mount
-      namespace", errno 22: every job was held before exec).
-    * **IDTOKENS, required authentication.** A client outside the root (the host's `htcondor2`)
-      cannot use FS (the server looks for the client's file in its own /tmp) and must not use
-      CLAIMTOBE (it could be anyone), so it presents an IDTOKEN signed with the root's POOL key
-      (`RealCondor.batch_token`). Authentication is REQUIRED: without it a client whose methods
-      all failed went on unauthenticated, and ALLOW_WRITE = * let it in (`htcondor2.ping` said
-      `unauthenticated@unmapped`, WRITE authorized). READ too: Debian's 23.9 package makes it
-      optional (`security:recommended_v9_0`, which its 25 package no longer ships), and a host
-      client without a token then read the batch queue on 23.9 only. The bed's own accounts in the
-      root are unaffected: their client list stays FS, CLAIMTOBE, and CLAIMTOBE always authenticates.
-    """
-    spool = f"{state}/{BATCH_SCHEDD}-spool"
-    return f"""
-# ---- The batch pool (RealCondor(batch=True); docs/real-condor.md, "The batch pool").
-DAEMON_LIST = $(DAEMON_LIST), BATCH_SCHEDD, NEGOTIATOR, STARTD
-BATCH_SCHEDD = $(SCHEDD)
-BATCH_SCHEDD_ARGS = -local-name {BATCH_SCHEDD}
-{BATCH_SCHEDD}.SCHEDD_NAME = {BATCH_SCHEDD}
-{BATCH_SCHEDD}.SPOOL = {spool}
-{BATCH_SCHEDD}.SCHEDD_LOG = $(LOG)/SchedLog.{BATCH_SCHEDD}
-{BATCH_SCHEDD}.SCHEDD_ADDRESS_FILE = {spool}/.schedd_address
-{BATCH_SCHEDD}.JOB_QUEUE_LOG = {spool}/job_queue.log
-{BATCH_SCHEDD}.SCHEDD_DAEMON_AD_FILE = {spool}/.schedd_classad
-{BATCH_SCHEDD}.SCHEDD_CRON_CEK8SINFO_EXECUTABLE = /bin/true
-{BATCH_SCHEDD}.SCHEDD_INTERVAL = 2
-DC_DAEMON_LIST = $(DC_DAEMON_LIST), BATCH_SCHEDD
-
-# Negotiation within seconds (NEGOTIATOR_CYCLE_DELAY: 20 s between cycles unless set).
-NEGOTIATOR_INTERVAL = 2
-NEGOTIATOR_MIN_INTERVAL = 1
-NEGOTIATOR_CYCLE_DELAY = 1
-NEGOTIATOR_UPDATE_INTERVAL = 2
-STARTD.UPDATE_INTERVAL = 2
-
-# The startd: {BATCH_SLOTS} static slots whatever the machine has; it runs the batch schedd's jobs only.
-NUM_CPUS = {BATCH_SLOTS}
-MEMORY = {BATCH_SLOTS * BATCH_SLOT_MEMORY}
-SLOT_TYPE_1 = cpus=1, memory={BATCH_SLOT_MEMORY}
-NUM_SLOTS_TYPE_1 = {BATCH_SLOTS}
-RUNBENCHMARKS = False
-use POLICY : ALWAYS_RUN_JOBS
-START = {BATCH_START}
-# only the schedds set GlobalJobId: a job owner's condor_qedit of it would get past START
-PROTECTED_JOB_ATTRS = GlobalJobId
-# a chrooted starter cannot unshare a mount namespace for a private /tmp
-MOUNT_UNDER_SCRATCH =
-
-# Tokens from outside the root; FS and CLAIMTOBE stay for the bed's accounts inside it.
-SEC_DEFAULT_AUTHENTICATION_METHODS = IDTOKENS, FS, CLAIMTOBE
-SEC_DEFAULT_AUTHENTICATION = REQUIRED
-# Debian's 23.9 package makes READ optional (its 00-htcondor-9.0.config, security:recommended_v9_0)
-SEC_READ_AUTHENTICATION = REQUIRED
-"""
-
-
-BLAH_RECORDER = """#!/bin/sh
-# ce-k8s real-HTCondor test bed: records the call instead of talking to a batch system.
-echo "$(date +%s) $(basename "$0") $*" >> {log}
-case "$(basename "$0")" in
-  *_submit.sh) echo "BLAHP_JOBID_PREFIX$(date +%s%N)" ;;
-  *_status.sh) echo "[BatchJobId=\\"$2\\"; JobStatus=1;]" ;;
-esac
-exit 0
-"""
-
-
 @dataclass
 class State:
     """What `up` started, kept in `<state>/state.json` so `down` and `status` find it."""
@@ -522,8 +292,15 @@ class State:
             return None
 
 
-class RealCondor:
-    """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it."""
+class RealCondor(CondorCommands):
+    """One real-HTCondor environment: `up()`, `down()`, `status()`, and helpers to drive it.
+
+    In layers, each of which the CE's own configuration (ce_k8s.real.condor.stockce.StockCE)
+    overrides in places: the names and paths (ce_k8s.real.condor.condorlayout.CondorLayout), the
+    commands in the root and what the daemons answer (ce_k8s.real.condor.condorcommands), and here
+    the lifecycle: the root laid out and configured (its text in ce_k8s.real.condor.condorconfig),
+    the daemons started, waited for and stopped.
+    """
 
     #: The CE's configuration: this bed's own test configuration (ce_k8s.real.condor.stockce has HTCondor-CE's).
     ce_config = "bed"
@@ -536,148 +313,9 @@ class RealCondor:
         # batch: the batch pool as well (a schedd, a negotiator and a startd that runs that schedd's
         # jobs only, reachable with an IDTOKEN from outside the root; `batch_config`), opt-in because
         # a negotiator in the pool is a change to what the CE's own tests run against.
-        self.kube_server = kube_server
-        self.batch = batch
-        self._uid_domain: str | None = None
         self.flavour = flavour(htcondor)
-        self.state_dir = Path(state_dir).absolute()
-        self.root = Path(root if root is not None else default_root(self.flavour.htcondor)).absolute()
-        self.state_file = self.state_dir / "state.json"
-
-    # -------------------------------------------------------------------------- paths
-    @property
-    def spool(self) -> Path:
-        return self.state_dir / "spool"
-
-    @property
-    def socket(self) -> Path:
-        return self.state_dir / "run" / "agent.sock"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.state_dir / "kubeconfig"
-
-    @property
-    def blah_log(self) -> Path:
-        return self.state_dir / "blah-calls.log"
-
-    @property
-    def ce_name(self) -> str:
-        """The CE schedd's Name in the collector (HTCondor appends `@<host>` to SCHEDD_NAME)."""
-        return f"{CE_SCHEDD}@{os.uname().nodename}"
-
-    @property
-    def factory_name(self) -> str:
-        return f"{FACTORY_SCHEDD}@{os.uname().nodename}"
-
-    @property
-    def grid_resource(self) -> str:
-        """What the factory's grid jobs name: `condor <CE schedd> <CE collector>`."""
-        return f"condor {self.ce_name} 127.0.0.1:{COLLECTOR_PORT}"
-
-    @property
-    def batch_name(self) -> str:
-        """The batch schedd's Name in the collector (`batch@<host>`), what a client locates."""
-        return f"{BATCH_SCHEDD}@{os.uname().nodename}"
-
-    @property
-    def batch_spool(self) -> Path:
-        return self.state_dir / f"{BATCH_SCHEDD}-spool"
-
-    @property
-    def collector_address(self) -> str:
-        """The pool's collector as a client outside the root names it (`htcondor2.Collector(...)`)."""
-        return f"127.0.0.1:{COLLECTOR_PORT}"
-
-    @property
-    def uid_domain(self) -> str:
-        """The root's UID_DOMAIN (the host's name unless configured): the domain a token's identity
-        must carry for the starter to run the job as the account it names."""
-        if self._uid_domain is None:
-            self._uid_domain = self.run(["condor_config_val", "UID_DOMAIN"]).stdout.strip()
-        return self._uid_domain
-
-    def batch_token(self, identity: str | None = None) -> str:
-        """An IDTOKEN for the batch pool, made by HTCondor's own `condor_token_create` in the root from
-        the signing key `up` wrote; `identity` defaults to `htcuser@<UID_DOMAIN>`.
-
-        A client outside the root presents it (IDTOKENS). The schedd takes the identity as the job's
-        `User` and its user part as `Owner`, and the starter runs the job as that account of the
-        root. The default's domain is UID_DOMAIN, so `User` reads as a local submitter's would; a
-        token for `htcuser@other.example` also ran as `htcuser` (measured), so the domain is not what
-        decides the uid. The token carries no authorization limits: the identity's rights are the
-        pool's ALLOW_* for it (all of them, in this bed).
-        """
-        if not self.batch:
-            raise RealCondorError("batch_token: this bed has no batch pool; bring it up with "
-                                  "RealCondor(..., batch=True) (`ce-k8s testbed real-condor up --batch`)")
-        identity = identity or f"{BATCH_ACCOUNT}@{self.uid_domain}"
-        token = self.run(["condor_token_create", "-identity", identity, "-key", "POOL"]).stdout.strip()
-        if not token:
-            raise RealCondorError("condor_token_create printed no token")
-        return token
-
-    def condor_config_for(self, args: list[str]) -> str:
-        """The CONDOR_CONFIG a command in the root runs with (one configuration here; the CE's own
-        configuration mode, ce_k8s.real.condor.stockce, has two hosts' worth)."""
-        return "/etc/condor/condor_config"
-
-    def log_path(self, name: str) -> Path:
-        """A daemon log of the root (`SchedLog`, `JobRouterLog`, `GridmanagerLog.<owner>`, ...)."""
-        return self.root / "var/log/condor" / name
-
-    # -------------------------------------------------------------------------- commands in the root
-    def run(self, args: list[str], *, user: str | None = None, input: str | None = None,
-            check: bool = True, timeout: float = 120, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the root (as `user` if given), with the root's HTCondor config."""
-        cmd = ["chroot"]
-        if user:
-            cmd.append(f"--userspec={user}:{user}")
-        cmd += [str(self.root)]
-        if cwd:
-            cmd += ["/bin/sh", "-c", 'cd "$0" && exec "$@"', cwd]
-        cmd += args
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CONDOR_CONFIG": self.condor_config_for(args),
-               "LANG": "C", "HOME": f"/home/{user}" if user else "/root"}
-        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                              env=env, check=False)
-        if check and proc.returncode != 0:
-            raise RealCondorError(f"{' '.join(args)} failed ({proc.returncode}): "
-                                  f"{(proc.stderr or proc.stdout).strip()[-800:]}")
-        return proc
-
-    def query(self, constraint: str = "true", attrs: tuple[str, ...] = (), schedd: str | None = None) -> list[dict]:
-        """`condor_q -json` of every user's jobs on the CE schedd (or `schedd`) as dicts."""
-        args = ["condor_q", "-allusers", "-json", "-constraint", constraint]
-        if schedd:
-            args += ["-name", schedd]
-        if attrs:
-            args += ["-attributes", ",".join(attrs)]
-        out = self.run(args).stdout.strip()
-        return json.loads(out) if out else []
-
-    def history(self, constraint: str = "true", attrs: tuple[str, ...] = (), schedd: str | None = None) -> list[dict]:
-        """`condor_history -json` of the CE schedd (its history file), or of the schedd named `schedd`
-        (asked over the wire: another schedd's history is in its own spool)."""
-        args = ["condor_history", "-json", "-constraint", constraint]
-        if schedd:
-            args += ["-name", schedd]
-        if attrs:
-            args += ["-attributes", ",".join(attrs)]
-        out = self.run(args, check=False).stdout.strip()
-        return json.loads(out) if out.startswith("[") else []
-
-    def agent_pids(self) -> list[int]:
-        """The ce-k8s agent processes condor_master runs in the root (its wrapper execs `ce-k8s agent`)."""
-        pids = []
-        for pid in _processes_in(self.root):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(c.endswith(b"/ce-k8s") for c in cmd[:2]) and b"agent" in cmd:
-                pids.append(pid)
-        return pids
+        super().__init__(state_dir, root if root is not None else default_root(self.flavour.htcondor), batch=batch)
+        self.kube_server = kube_server
 
     def core_api(self):
         """A kubernetes CoreV1Api on the emulator (the test bed's view of the cluster)."""
@@ -694,7 +332,7 @@ class RealCondor:
         """Build (or reuse) the root, lay the CE configuration, start the emulator and condor_master."""
         require_root()
         current = State.load(self.state_file)
-        if current is not None and _alive(current.master_pid):
+        if current is not None and alive(current.master_pid):
             raise RealCondorError(f"already up (condor_master pid {current.master_pid}); "
                                   f"`ce-k8s testbed real-condor down --state {self.state_dir}` first")
         if current is not None:
@@ -903,55 +541,6 @@ class RealCondor:
             time.sleep(0.1)
         raise RealCondorError(f"condor_master wrote no pid file: {self.log_path('MasterLog')}")
 
-    def _root_uid(self, name: str) -> int:
-        """The uid of `name` in the root's /etc/passwd (the root's accounts are not the host's)."""
-        for line in (self.root / "etc/passwd").read_text().splitlines():
-            fields = line.split(":")
-            if fields[0] == name:
-                return int(fields[2])
-        raise RealCondorError(f"no account {name!r} in {self.root}/etc/passwd")
-
-    def wait_ready(self, timeout: float = 90, progress=print) -> None:
-        """Until the CE schedd, the factory schedd and the job router answer, and the agent pings; with
-        the batch pool, also until the batch schedd answers and every slot is in the collector
-        (a test's first batch job would otherwise wait for the startd's first update)."""
-        from ce_k8s import protocol
-
-        deadline = time.monotonic() + timeout
-        need = {"ce schedd", "factory schedd", "job router", "agent"}
-        if self.batch:
-            need |= {"batch schedd", "batch slots"}
-        while need and time.monotonic() < deadline:
-            if "batch schedd" in need and self.run(["condor_q", "-totals", "-name", self.batch_name],
-                                                   check=False).returncode == 0:
-                need.discard("batch schedd")
-            if "batch slots" in need:
-                slots = self.run(["condor_status", "-af", "Name"], check=False).stdout.split()
-                if len(slots) >= BATCH_SLOTS:
-                    need.discard("batch slots")
-            if "ce schedd" in need and self.run(["condor_q", "-totals"], check=False).returncode == 0:
-                need.discard("ce schedd")
-            if "factory schedd" in need and self.run(["condor_q", "-totals", "-name", self.factory_name],
-                                                     check=False).returncode == 0:
-                need.discard("factory schedd")
-            if "job router" in need and "JobRouter: Checking for candidate jobs" in self._read_log("JobRouterLog"):
-                need.discard("job router")
-            if "agent" in need:
-                with contextlib.suppress(OSError, protocol.ProtocolError):
-                    if protocol.ask(str(self.socket), protocol.VERB_PING, b"", 2).status == protocol.STATUS_OK:
-                        need.discard("agent")
-            if need:
-                time.sleep(0.5)
-        if need:
-            raise RealCondorError(f"not ready after {timeout:.0f} s: {', '.join(sorted(need))} "
-                                  f"(logs in {self.root}/var/log/condor)")
-
-    def _read_log(self, name: str) -> str:
-        try:
-            return self.log_path(name).read_text(errors="replace")
-        except OSError:
-            return ""
-
     def down(self, progress=print) -> dict[str, object]:
         """Stop everything `up` started and undo its mounts; safe to call twice.
 
@@ -971,7 +560,7 @@ class RealCondor:
                      + (f"; {others} processes run in {self.root} for another state directory, left alone"
                         if others else ""))
             return report
-        if state is not None and _alive(state.master_pid):
+        if state is not None and alive(state.master_pid):
             off = self.run(["condor_off", "-master"], check=False, timeout=30)
             report["condor_off"] = off.returncode == 0
             if off.returncode != 0:
@@ -980,9 +569,9 @@ class RealCondor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(state.master_pid, signal.SIGTERM)
             deadline = time.monotonic() + 40
-            while _alive(state.master_pid) and time.monotonic() < deadline:
+            while alive(state.master_pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _alive(state.master_pid):
+            if alive(state.master_pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(state.master_pid, signal.SIGQUIT)
         deadline = time.monotonic() + 10
@@ -992,11 +581,11 @@ class RealCondor:
                     os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 5 else signal.SIGKILL)
             report["killed"] = int(report["killed"]) + len(left)  # type: ignore[call-overload]
             time.sleep(0.3)
-        if state is not None and _alive(state.sim_pid):
+        if state is not None and alive(state.sim_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(state.sim_pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while _alive(state.sim_pid) and time.monotonic() < deadline:
+            while alive(state.sim_pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(state.sim_pid, signal.SIGKILL)
@@ -1025,7 +614,7 @@ class RealCondor:
             out["suite"] = marker.get("suite")
         if state is None:
             return out
-        out.update(up=_alive(state.master_pid), master_pid=state.master_pid, sim=_alive(state.sim_pid),
+        out.update(up=alive(state.master_pid), master_pid=state.master_pid, sim=alive(state.sim_pid),
                    ce_config=state.ce_config, batch=state.batch,
                    **({"batch_schedd": self.batch_name, "collector": self.collector_address}
                                          if state.batch else {}),

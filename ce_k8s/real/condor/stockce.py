@@ -49,12 +49,12 @@ from ce_k8s.real.condor.condor import (
     LOCAL_TRUST,
     RealCondor,
     RealCondorError,
-    _alive,
     _bind,
     _port_free,
     agent_and_demo_config,
 )
 from ce_k8s.real.condor.issuer import ISSUER_PORT, IssuerError, TestIssuer
+from ce_k8s.real.processes import alive
 
 CE_CONFIGS = ("bed", "stock")
 CE_CONDOR_CONFIG = "/etc/condor-ce/condor_config"
@@ -405,12 +405,12 @@ class StockCE(RealCondor):
     def down(self, progress=print) -> dict[str, object]:
         """The factory master by its own command first; then everything as the default bed does."""
         pid = self._factory_master_pid()
-        if self.state_file.exists() and _alive(pid):
+        if self.state_file.exists() and alive(pid):
             self.factory_run(["condor_off", "-master"], check=False, timeout=30)
             deadline = time.monotonic() + 30
-            while _alive(pid) and time.monotonic() < deadline:
+            while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _alive(pid):
+            if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGQUIT)   # type: ignore[arg-type]
         report = super().down(progress=progress)

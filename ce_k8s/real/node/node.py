@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ce_k8s.real.node import noderuntime
+from ce_k8s.real.processes import terminate
 
 log = logging.getLogger(__name__)
 
@@ -360,19 +361,17 @@ class RealNodes:
     def stop(self, st: NodeState) -> list[str]:
         """Stop one node and undo it: kubelet, containerd, shims and containers killed, cgroups
         removed, the namespaces gone with their holder. Returns what was left (empty: clean)."""
-        from ce_k8s.real.kube.kube import _terminate  # the bed's own stop (SIGTERM, then SIGKILL)
-
         ns = mount_ns(st.pids["holder"]) if "holder" in st.pids else None
         for name in ("kubelet", "containerd"):
             if name in st.pids:
-                _terminate(st.pids[name], timeout=5)
+                terminate(st.pids[name], timeout=5)
         left = remove_cgroups(st.cgroup_root, st.cgroup_made)
         if ns is not None and ns != mount_ns(os.getpid()):
             for pid in pids_in_mount_ns(ns):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         if "holder" in st.pids:
-            _terminate(st.pids["holder"], timeout=5)
+            terminate(st.pids["holder"], timeout=5)
         shutil.rmtree(Path(st.dir) / "containerd", ignore_errors=True)
         return left
 

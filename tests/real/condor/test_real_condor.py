@@ -28,7 +28,8 @@ import polling
 import pytest
 
 from ce_k8s.demos.condordemo import RealDemo
-from ce_k8s.real.condor.condor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _alive, _processes_in
+from ce_k8s.real.condor.condor import DEFAULT_HTCONDOR, VERSIONS, RealCondor, RealCondorError, _processes_in
+from ce_k8s.real.processes import alive
 from ce_k8s.sim.pilots import make_pilot
 
 pytestmark = pytest.mark.slow
@@ -211,7 +212,7 @@ def assert_master_restarts_the_agent(env: RealCondor) -> None:
     agent_pids = env.agent_pids
     first = _wait(agent_pids, what="the agent under condor_master")
     os.kill(first[0], signal.SIGKILL)
-    _wait(lambda: not _alive(first[0]), what="the agent gone")
+    _wait(lambda: not alive(first[0]), what="the agent gone")
     second = _wait(lambda: [p for p in agent_pids() if p not in first], timeout=60, what="a new agent")
     assert second
 

@@ -1,0 +1,184 @@
+"""The real control plane's nodes: kwok's (with the kubelet stub) and the real kubelets.
+
+kwok plays the node pools and a spare node a test can lose (a kwok of its own, stopped with
+SIGSTOP); the stub answers their kubelet endpoints; real nodes (ce_k8s.real.node.node) join them,
+tainted, for the tests that need a real kubelet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ce_k8s.real.kube import kwokstages
+from ce_k8s.real.kube.kubeclients import KubeClients
+from ce_k8s.real.kube.kubelayout import KubeLayout, State
+from ce_k8s.real.kube.kubeprocs import KubeProcesses, http_get
+from ce_k8s.real.node.node import REAL_NODE_LABEL
+
+# kwok renews a node's lease every quarter of its duration: 12 s renews every 3 s, well inside the
+# grace period. With 40 s (a renewal every 10 s, the status heartbeat every 10 s) the node controller
+# saw up to 8 s between signs of life, and on the loaded 2-core machine every node went NotReady for
+# a moment (tainted, its pods unplaceable) several times a minute.
+NODE_LEASE_SECONDS = 12
+# A node no pilot is scheduled to (its taint), played by a kwok of its own, that tests can lose.
+SPARE = "spare"
+SPARE_NODE = f"{SPARE}:1x16c64g:taint=ce-k8s.test/spare:NoSchedule"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class KubeNodes:
+    """Starts, registers, loses and stops the nodes of the bed in `layout`'s state directory."""
+
+    def __init__(self, layout: KubeLayout, clients: KubeClients, processes: KubeProcesses) -> None:
+        self.layout = layout
+        self.clients = clients
+        self.processes = processes
+
+    def start_kwok(self, state: State, kwok: str, nodes: str, time_scale: float, ports: tuple[int, int],
+                   progress: Callable[[str], None]) -> None:
+        """The kubelet stub, both kwoks and the Node objects they manage, until all are Ready."""
+        from ce_k8s.sim.kube.cluster import parse_nodes
+
+        specs = parse_nodes(nodes) + parse_nodes(SPARE_NODE)
+        state.node_ports = {spec.name: free_port() for spec in specs}
+        state.save(self.layout.state_file)
+        progress(f"starting the kubelet stub for {len(specs)} nodes")
+        state.pids["kubelet-stub"] = self.processes.start("kubelet-stub", [
+            sys.executable, "-m", "ce_k8s.real.kube.kubeletstub", "--state", str(self.layout.state_dir)])
+        state.save(self.layout.state_file)
+        stub_ctx = ssl._create_unverified_context()  # noqa: S323 - the stub's self-signed certificate
+        first = next(iter(state.node_ports.values()))
+        self.processes.wait("kubelet-stub", lambda: http_get(f"https://127.0.0.1:{first}/healthz", stub_ctx)[0] == 200,
+                            30, state.pids["kubelet-stub"])
+
+        progress("starting kwok and registering nodes")
+        stages = self.layout.state_dir / "kwok.yaml"
+        stages.write_text(kwokstages.stages(time_scale))
+        kubeconfig = self.layout.admin_kubeconfig     # kwok's and the stub's (they play kubelets)
+        # Two kwok processes: one plays the pools, the other only the spare node a test can
+        # lose (its kwok stopped: the node's kubelet gone, as far as the cluster can tell).
+        for name, manages, port in (("kwok", "true", ports[0]), ("kwok-spare", "spare", ports[1])):
+            state.pids[name] = self.processes.start(name, [
+                kwok, f"--kubeconfig={kubeconfig}", f"--config={stages}",
+                f"--manage-nodes-with-label-selector={kwokstages.MANAGED_LABEL}={manages}",
+                "--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}"])
+        state.save(self.layout.state_file)
+        self.register(specs, state.node_ports)
+        self.processes.wait("kwok", lambda: self.ready(len(specs)), 90, state.pids["kwok"])
+
+    def register(self, specs, ports: dict[str, int]) -> None:
+        """Create the Node objects kwok will manage, as a kubelet registers itself."""
+        docs = []
+        for spec in specs:
+            node = spec.manifest()
+            meta = node.setdefault("metadata", {})
+            meta.setdefault("annotations", {}).update({
+                kwokstages.KUBELET_PORT: str(ports[spec.name]), "node.alpha.kubernetes.io/ttl": "0"})
+            spare = spec.name.startswith("spare-")
+            meta.setdefault("labels", {}).update({"type": "kwok",
+                                                  kwokstages.MANAGED_LABEL: "spare" if spare else "true"})
+            node.pop("status", None)
+            node["status"] = {"capacity": spec.capacity(), "allocatable": spec.capacity()}
+            docs.append(node)
+        path = self.layout.state_dir / "nodes.json"
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        self.clients.kubectl("create", "-f", str(path))
+
+    def ready(self, count: int) -> bool:
+        """Whether at least `count` nodes are Ready."""
+        proc = self.clients.kubectl("get", "nodes", "-o", "json", check=False)
+        if proc.returncode != 0:
+            return False
+        ready = 0
+        for node in json.loads(proc.stdout).get("items", []):
+            conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            ready += conds.get("Ready") == "True"
+        return ready >= count
+
+    def named_ready(self, names: list[str]) -> bool:
+        """Whether every node of `names` is Ready."""
+        proc = self.clients.kubectl("get", "nodes", *names, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return False
+        doc = json.loads(proc.stdout)
+        items = doc.get("items", [doc])          # one name gives the object itself, not a List
+        ready = [n for n in items for c in n.get("status", {}).get("conditions", [])
+                 if c["type"] == "Ready" and c["status"] == "True"]
+        return len(ready) == len(names)
+
+    def lose_spare(self) -> None:
+        """The spare node stops reporting: its kwok is stopped (SIGSTOP)."""
+        st = self.layout.state()
+        assert st is not None
+        os.kill(st.pids["kwok-spare"], signal.SIGSTOP)
+
+    def return_spare(self) -> None:
+        """The spare node comes back: its kwok runs again (SIGCONT)."""
+        st = self.layout.state()
+        assert st is not None
+        os.kill(st.pids["kwok-spare"], signal.SIGCONT)
+
+    def start_real(self, state: State, runtime, names: list[str], salt: int,
+                   progress: Callable[[str], None]) -> None:
+        """Start each real node (ce_k8s.real.node.node) and wait until the API server has it Ready."""
+        from ce_k8s.real.node.node import RealNodes, make_cgroup_root, node_state_dict, read_sysctls
+
+        self.clients.allow_apiserver_kubelet_client()
+        if not state.sysctls:
+            state.sysctls = read_sysctls()
+            state.save(self.layout.state_file)
+        nodes = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress)
+        for index, name in enumerate(names, start=1):
+            st = nodes.prepare(index, salt, free_port(name), runtime)
+            state.real_nodes.append(node_state_dict(st))
+
+            def save(st=st) -> None:      # after each step, so a failed start can be undone
+                state.real_nodes[-1] = node_state_dict(st)
+                state.save(self.layout.state_file)
+
+            st.cgroup_made = make_cgroup_root(st.cgroup_root)
+            save()
+            progress(f"starting real node {name}: containerd 2 + runc in namespaces of its own, then the kubelet")
+            nodes.start_holder(st)
+            save()
+            nodes.start_containerd(st, runtime)
+            save()
+            user = f"system:node:{name}"
+            kubeconfig = Path(st.dir) / "kubelet.kubeconfig"
+            self.clients.write_kubeconfig(kubeconfig, state.server,
+                                          token=self.layout.token_file(user).read_text().strip(), user=user)
+            pkidir = self.layout.state_dir / "pki"
+            nodes.start_kubelet(st, kubeconfig, self.layout.kubelet_ca, pkidir / f"kubelet-{name}.crt",
+                                pkidir / f"kubelet-{name}.key", {REAL_NODE_LABEL: "true"})
+            save()
+        self.processes.wait("the real nodes", lambda: self.named_ready(names), 120,
+                            state.real_nodes[-1]["pids"]["kubelet"], f"node-{len(names)}-kubelet")
+
+    def stop_real(self, st: State, progress: Callable[[str], None]) -> list[str]:
+        """Stop every real node, then give the host its sysctls back (every time, also after a
+        failed start: they are saved before the first kubelet runs). Returns what was left."""
+        if not st.real_nodes and not st.sysctls:
+            return []
+        from ce_k8s.real.node.node import NodeState, RealNodes, write_sysctls
+
+        nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
+        left: list[str] = []
+        for raw in st.real_nodes:
+            left += nodes.stop(NodeState(**raw))
+        if st.sysctls:
+            write_sysctls(st.sysctls)
+        progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls restored")
+        return left
