@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ce_k8s.sim.condor.router import Router
-from ce_k8s.sim.condor.schedd import JobStatus, Schedd, eval_int, eval_str
+from ce_k8s.sim.condor.schedd import Schedd, eval_str
+from ce_k8s.sim.disruptions import GJID_ANNOTATION, Disruptions
+from ce_k8s.sim.factoryside import BATCH_MARK, FactorySide, Outcome
 from ce_k8s.sim.kubeseam import HandedInKubeServer
-from ce_k8s.sim.outcomes import REMOVED, classify
+from ce_k8s.sim.outcomes import REMOVED
 from ce_k8s.sim.pilots import Pilot, generate, spool_sandbox
 
 log = logging.getLogger(__name__)
@@ -80,11 +82,6 @@ JOB_ROUTER_ROUTE_Slurm @=jrt
 @jrt
 JOB_ROUTER_ROUTE_NAMES = Slurm $(JOB_ROUTER_ROUTE_NAMES)
 """
-BATCH_MARK = "TestBatchRoute"
-
-
-#: The annotation the agent puts on each pod: the CE job's GlobalJobId (ce_k8s.pods.builder).
-GJID_ANNOTATION = "ce-k8s.htcondor.org/global-job-id"
 
 
 @dataclass
@@ -259,27 +256,6 @@ class RemoteApiServer:
         return int(self.stats()["connections"])  # type: ignore[call-overload]
 
 
-@dataclass
-class Outcome:
-    """What the factory saw for one pilot."""
-
-    pilot: Pilot
-    job: str
-    status: str = "queued"  # queued | completed | held | removed | lost (ce_k8s.sim.outcomes) | batch
-    exit_code: int | None = None
-    remove_reason: str = ""
-    route: str = ""
-    pod: str = ""
-    node: str = ""
-    stdout: bytes = b""
-    stderr: bytes = b""
-
-    @property
-    def batch(self) -> bool:
-        """A pilot for the Slurm-style route (mixed mode): routed, then left alone by ce-k8s."""
-        return self.pilot.ad.get(BATCH_MARK) is True
-
-
 class TestBed:
     """Start with :meth:`start`, feed pilots with :meth:`submit`, drive with :meth:`tick`."""
 
@@ -337,6 +313,9 @@ class TestBed:
         self.outcomes: dict[str, Outcome] = {}
         self.holds: dict[str, tuple[int | None, int | None, str | None]] = {}
         self.started = 0.0
+        self.factory = FactorySide(self.schedd, lambda: self.router, self.outcomes, self.holds)
+        self.disruptions = Disruptions(self.schedd, self.outcomes, self.evicted, lambda: self.server,
+                                       lambda: self._core, lambda: self._evict_core)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> TestBed:
@@ -544,130 +523,13 @@ class TestBed:
         self.factory_turn()
         self.disruption_turn()
 
-    def disruption_turn(self) -> None:
-        """Evict the first pod of each pilot marked ``evicted`` once it runs (policy/v1 Eviction,
-        so the pod gets the DisruptionTarget condition); API faults just delay it a tick.
-
-        The pod's own phase decides, as in the real-HTCondor demo (ce_k8s.demos.condordemo), not the
-        CE job's status: under injected faults and agent restarts the CE may learn of the start
-        only after a short pilot has ended, and the eviction never happened (a CI flake)."""
-        from kubernetes.client.rest import ApiException
-
-        for job, out in list(self.outcomes.items()):     # a soak submits between turns
-            if not out.pilot.evicted or job in self.evicted or out.status != "queued":
-                continue
-            source = self.schedd.get(job)
-            gjid = eval_str(source, "GlobalJobId") if source is not None else None
-            pod = self._find_running_pod(gjid) if gjid else None
-            if pod is None:
-                continue
-            name, ns = pod
-            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
-            try:
-                self._evict_core.create_namespaced_pod_eviction(name, ns, body, _request_timeout=5)
-            except ApiException as exc:
-                if exc.status != 404:
-                    continue
-            except Exception:  # an injected timeout or applied-then-lost answer: did it apply?
-                if not self._disrupted(name, ns):
-                    continue
-            self.evicted.add(job)      # once per pilot, whatever the answer said
-
-    def _disrupted(self, name: str, ns: str) -> bool:
-        """Whether the pod is gone or carries DisruptionTarget (an eviction whose answer was lost applied)."""
-        def disrupted(pod: dict[str, Any] | None) -> bool:
-            return pod is None or any(c.get("type") == "DisruptionTarget"
-                                      for c in (pod.get("status") or {}).get("conditions") or [])
-
-        if not hasattr(self.server, "store"):
-            from kubernetes.client.rest import ApiException
-            try:
-                pod = self._core.read_namespaced_pod(name, ns, _request_timeout=5)
-            except ApiException as exc:
-                return exc.status == 404
-            return disrupted({"status": {"conditions": [{"type": c.type} for c in pod.status.conditions or []]}})
-        return bool(self.server.call(lambda: disrupted(self.server.store.peek("pods", ns, name))))
-
-    def _find_running_pod(self, gjid: str) -> tuple[str, str] | None:
-        """The Running pod of the CE job whose GlobalJobId is `gjid` (the agent's annotation), if any."""
-        def running(obj: Any) -> tuple[str, str] | None:
-            if not isinstance(obj, dict):
-                obj = {"metadata": obj.metadata.to_dict(), "status": obj.status.to_dict()}
-            meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-            if (meta.get("annotations") or {}).get(GJID_ANNOTATION) == gjid and status.get("phase") == "Running":
-                return meta.get("name", ""), meta.get("namespace", "")
-            return None
-
-        if not hasattr(self.server, "store"):  # no store access: ask the API (one list call)
-            pods = self._core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=ce-k8s",
-                                                          _request_timeout=5).items
-            return next((found for p in pods if (found := running(p))), None)
-        return self.server.call(lambda: next((found for p in self.server.store.peek_list("pods")
-                                              if (found := running(p))), None))
-
     def factory_turn(self) -> None:
-        """GlideinWMS's side: stage out completed pilots, remove held ones (htcondor-ce.md §6.4)."""
-        for job, out in self.outcomes.items():
-            if out.status != "queued":
-                continue
-            ad = self.schedd.get(job)
-            if ad is None:
-                self._left_queue(job, out)
-                continue
-            rj = self.router.jobs.get(job) if self.router else None
-            if rj is not None and rj.dest_key:
-                routed = self.schedd.get(rj.dest_key)
-                if routed is not None:
-                    out.route = eval_str(routed, "RouteName") or out.route
-                    out.pod = eval_str(routed, "K8sPodName") or out.pod
-                    out.node = eval_str(routed, "K8sNodeName") or out.node
-                    if out.batch and out.route == "Slurm":
-                        out.status = "batch"   # routed to the other backend; nothing more to wait for
-                        continue
-            status = eval_int(ad, "JobStatus")
-            if status == JobStatus.REMOVED:
-                self._removed(out, ad)
-            elif status == JobStatus.COMPLETED and eval_str(ad, "Managed") == "ScheddDone":
-                out.exit_code = eval_int(ad, "ExitCode")
-                out.stdout, out.stderr = self._staged_out(ad)
-                out.status = "completed"
-                self.schedd.set_attributes(job, {"LeaveJobInQueue": False}, as_user=True)
-            elif status == JobStatus.HELD:
-                # Holds are unrecoverable by default, so the factory removes the pilot (htcondor-ce.md §6.4).
-                out.status = "held"
-                out.exit_code = None
-                self.holds[job] = (eval_int(ad, "HoldReasonCode"), eval_int(ad, "HoldReasonSubCode"),
-                                   eval_str(ad, "HoldReason"))
-                self.schedd.remove(job, "held pilot removed by the factory")
+        """GlideinWMS's side: stage out completed pilots, remove held ones (ce_k8s.sim.factoryside)."""
+        self.factory.turn()
 
-    def _left_queue(self, job: str, out: Outcome) -> None:
-        """The pilot's job left the queue with no outcome seen: removed if the schedd's history
-        says so (with its reason), else lost: nothing accounts for it."""
-        gone = self.schedd.history.get(job)
-        if gone is not None and eval_int(gone, "JobStatus") == JobStatus.REMOVED:
-            self._removed(out, gone)
-        else:
-            out.status = "lost"
-
-    @staticmethod
-    def _removed(out: Outcome, ad: Any) -> None:
-        """Removed by the CE (its policy, an admin) before it finished: an outcome, not a loss."""
-        verdict = classify({"JobStatus": eval_int(ad, "JobStatus"), "RemoveReason": eval_str(ad, "RemoveReason")})
-        out.status = REMOVED
-        out.remove_reason = verdict.reason
-
-    @staticmethod
-    def _staged_out(ad: Any) -> tuple[bytes, bytes]:
-        iwd = Path(eval_str(ad, "Iwd") or ".")
-        result = []
-        for attr in ("Out", "Err"):
-            name = eval_str(ad, attr) or ""
-            path = Path(name) if os.path.isabs(name) else iwd / name
-            try:
-                result.append(path.read_bytes())
-            except OSError:
-                result.append(b"")
-        return result[0], result[1]
+    def disruption_turn(self) -> None:
+        """Evict the marked pilots' pods once they run (ce_k8s.sim.disruptions)."""
+        self.disruptions.turn()
 
     def pending(self) -> int:
         return sum(1 for o in self.outcomes.values() if o.status == "queued")
