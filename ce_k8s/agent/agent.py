@@ -5,7 +5,8 @@ each hook request to its verb. Each part gets the collaborators it uses, not the
 
 Pieces, each in its own module:
 * `cache.PodCache` — LIST+WATCH of our pods; every update is answered from it;
-* `jobs.JobTable` — what this process knows about each pod name (`JobRecord`);
+* `jobs.JobTable` — what this process knows about each pod name (`JobRecord`, in parts: creation,
+  cleanup, reporting, warnings, credentials);
 * `access.Access` — the SO_PEERCRED rule and which routed ads are ours, for every verb;
 * `update.Updates` — the `update` verb, the hot path: the reply, and the create, delete or
   credential refresh it starts;
@@ -43,7 +44,10 @@ what this process did (creation in flight, last hook contact) and is rebuilt fro
 calls after a restart; pods are found again by the relist, and their names come from the ads.
 
 In-process use (tests, `ce-k8s demo`): `Agent(settings, api_client, socket_path=...).start()` and
-`.stop()`. `handle(verb, payload, uid)` is the whole request path without the socket.
+`.stop()`. `handle(verb, payload, uid)` is the whole request path without the socket. The API
+calls, the pod cache, the I/O pool and the clock may be passed in instead of made from
+`api_client`: tests/agent/fakes.py builds an agent on in-memory ones, with no server (docs/agent.md
+"Testing the agent's decisions").
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from kubernetes import client as k8s
 
@@ -62,6 +67,7 @@ from ce_k8s.agent.access import Access
 from ce_k8s.agent.cache import PodCache
 from ce_k8s.agent.cleanup import Cleanups
 from ce_k8s.agent.corecalls import CoreCalls
+from ce_k8s.agent.creator import Creator
 from ce_k8s.agent.credentials import CredentialRefresher
 from ce_k8s.agent.deleter import Deleter
 from ce_k8s.agent.deletions import Deletions
@@ -104,36 +110,41 @@ class Agent:
     def __init__(self, settings, api_client, *, socket_path: str | None = None, spool: str | None = None,
                  request_timeout: float = 30.0, watch_timeout: int = 300,
                  config_error_grace: int = CONFIG_ERROR_GRACE, gc_interval: float | None = None,
-                 options: AgentOptions | None = None, source_probe: SourceProbe | None = None) -> None:
+                 options: AgentOptions | None = None, source_probe: SourceProbe | None = None,
+                 core: k8s.CoreV1Api | None = None, calls: CoreCalls | None = None, cache: PodCache | None = None,
+                 pool: Executor | None = None, clock: Callable[[], float] = time.time) -> None:
+        """`api_client` makes the API collaborators; `core`, `calls` and `cache` replace them (tests
+        give in-memory ones, tests/agent/fakes.py, and then `api_client` may be None), `pool` the
+        I/O threads (log saves, socket requests), and `clock` is the `time.time()` of the verbs,
+        the GC, the journal and the delete book."""
         overrides = {k: v for k, v in (("socket", socket_path), ("spool", spool)) if v}
         if overrides:
             settings = dataclasses.replace(settings, **overrides)
         self.settings = settings
         self.options = options = options or AgentOptions()
-        self.core = k8s.CoreV1Api(api_client)
-        self.calls = CoreCalls(api_client)       # the per-pilot calls, without the typed round trip
+        self.core = core if core is not None else k8s.CoreV1Api(api_client)
+        # the per-pilot calls, without the typed round trip
+        self.calls = calls if calls is not None else CoreCalls(api_client)
         self.request_timeout = request_timeout
         self.bucket = TokenBucket(settings.qps, settings.burst)
-        self.cache = PodCache(self.core, label_selector(settings.ce_name), watch_timeout=watch_timeout,
-                              request_timeout=request_timeout)
+        self.cache = cache if cache is not None else PodCache(self.core, label_selector(settings.ce_name),
+                                                              watch_timeout=watch_timeout,
+                                                              request_timeout=request_timeout)
         self.jobs = JobTable(self.cache)
         self.stop_event = threading.Event()
         # Every delete path (cleanup, hold, the creator's undo, GC, release expiry) claims the pod
         # here first: one delete call per pod (deletions.py; docs/agent.md "Deleting a pod once").
-        self.deletions = Deletions()
-        self.pool = ThreadPoolExecutor(max_workers=max(4, settings.create_concurrency), thread_name_prefix="ce-k8s-io")
-        from ce_k8s.agent.creator import Creator
-
+        self.deletions = Deletions(clock)
+        self.pool = pool if pool is not None else ThreadPoolExecutor(max_workers=max(4, settings.create_concurrency),
+                                                                     thread_name_prefix="ce-k8s-io")
         # The pod writes (create, and every delete but the cleanup hook's own) on one keyed work
         # queue: one effect per pod at a time, per-pod back-off (effects.py).
         self.effects = Effects(settings.create_concurrency, lambda name: self.creator.turn(name), self.stop_event)
-        self.creator = Creator(self, self.effects)
-        self.credentials = CredentialRefresher(self)   # refreshed proxies/tokens into running pods' Secrets
         self.server = None
         self.metrics = {"updates": 0, "creates": 0, "adopted": 0, "deletes": 0, "denied": 0, "released": 0,
                         "readopted": 0, "credentials_refreshed": 0}
         self.output = OutputStore(options.output_dir or default_output_dir(settings.spool), options.max_output_bytes)
-        self.journal = PostJournal(self.output.directory)
+        self.journal = PostJournal(self.output.directory, clock=clock)
         self.fetches = OutputFetches()                 # log fetches in flight; pods whose cleanup ran
         self.prom = AgentMetrics(pods=lambda: self.cache.pods.values(), last_event=lambda: self.cache.last_event,
                                  extra=self._gauges)
@@ -142,6 +153,12 @@ class Agent:
         self.access = Access(settings, self.metrics)
         self.deleter = Deleter(settings, self.calls, self.core, self.bucket, self.stop_event, request_timeout,
                                self.prom, self.metrics, self.deletions, self.effects, self.jobs)
+        self.creator = Creator(settings, self.jobs, self.cache, self.journal, self.core, self.calls, self.bucket,
+                               self.stop_event, request_timeout, self.prom, self.metrics, self.deleter, self.effects,
+                               seed=lambda rec, built, read_at: self.credentials.seed(rec, built, read_at))
+        # Refreshed proxies/tokens into running pods' Secrets.
+        self.credentials = CredentialRefresher(settings, self.core, self.effects, self.stop_event, self.prom,
+                                               self.metrics, self.creator)
         self.accounting = JobAccounting(settings, api_client, self.core, self.cache, self.jobs,
                                         request_timeout=request_timeout,
                                         acquire=lambda: self.bucket.acquire(self.stop_event),
@@ -157,16 +174,16 @@ class Agent:
                                  config_error_grace)
         self.updates = Updates(settings, self.access, self.cache, self.jobs, self.journal, self.releases, self.deleter,
                                self.effects, self.credentials, self.accounting, self.saver, self.metrics,
-                               config_error_grace)
+                               config_error_grace, clock=clock)
         # Cleanup of a live pod asks the probe about the source job (docs/agent.md "Released pods").
         probe = source_probe if source_probe is not None else make_source_probe(options.source_probe)
         self.cleanups = Cleanups(options, self.access, self.cache, self.jobs, self.journal, self.releases,
-                                 self.deleter, self.saver, probe)
-        self.listing = Listing(settings, self.access, self.cache, self.jobs, config_error_grace)
+                                 self.deleter, self.saver, probe, clock=clock)
+        self.listing = Listing(settings, self.access, self.cache, self.jobs, config_error_grace, clock=clock)
         interval = gc_interval if gc_interval is not None else min(60.0, max(settings.gc_grace / 4, 1.0))
         self.garbage = GarbageCollector(settings, options, self.cache, self.jobs, self.journal, self.deletions,
                                         self.deleter, self.releases, self.output, self.fetches, self.saver,
-                                        self.accounting, self.stop_event, interval)
+                                        self.accounting, self.stop_event, interval, clock=clock)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
 from ce_k8s.agent.access import same_job
+from ce_k8s.agent.jobs import Cleanup
 from ce_k8s.agent.journal import valid_global_job_id
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.routedjob import RoutedJob
@@ -38,7 +40,9 @@ class Cleanups:
     """The cleanup of one routed job; `source_probe` answers whether its source job is gone."""
 
     def __init__(self, options: AgentOptions, access: Access, cache: PodCache, jobs: JobTable, journal: PostJournal,
-                 releases: Releases, deleter: Deleter, saver: OutputSaver, source_probe: SourceProbe) -> None:
+                 releases: Releases, deleter: Deleter, saver: OutputSaver, source_probe: SourceProbe, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock              # time.time(); a test passes its own (tests/agent/fakes.py)
         self.options = options
         self.access = access
         self.cache = cache
@@ -69,7 +73,7 @@ class Cleanups:
         if not self.cache.ready.is_set():
             # "not found" before the relist could be a lie that leaks a running pod: retry later.
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
-        now = time.time()
+        now = self.clock()
         rec = self.jobs.record(name, owner)
         job = routed.job_id
         gjid = routed.source_global_job_id
@@ -92,8 +96,7 @@ class Cleanups:
             keep = None         # deleted meanwhile: nothing left to keep
         if keep is None or keep.name != name:
             with self.jobs.lock:
-                rec.cleaned = rec.cleaned or now
-                rec.cleaned_job = job
+                rec.cleanup = Cleanup(rec.cleanup.asked_at or now, job)
         self.journal.record_done([n for n in names if keep is None or n != keep.name])
         deleted = 0
         for n in names:
@@ -109,7 +112,7 @@ class Cleanups:
             self.saver.forget(n, uid, owner, gjid)
             if n != name and pod is None:
                 continue
-            namespace = pod.namespace if pod is not None else rec.namespace
+            namespace = pod.namespace if pod is not None else rec.creation.namespace
             if not namespace:
                 continue        # never created by us and not in the cache: nothing to delete
             deleted += self.deleter.cleanup_delete(n, namespace, uid, job, now)

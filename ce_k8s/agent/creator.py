@@ -25,7 +25,10 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
@@ -35,6 +38,17 @@ from ce_k8s.agent.corecalls import drained
 from ce_k8s.agent.logfmt import fields
 from ce_k8s.agent.status import CREATE_DONE, CREATE_HOLD, CREATE_NONE, CREATE_PENDING, CREATE_RETRY, CreateInfo
 from ce_k8s.pods.errors import PodBuildError
+
+if TYPE_CHECKING:
+    from ce_k8s.agent.cache import PodCache
+    from ce_k8s.agent.corecalls import CoreCalls
+    from ce_k8s.agent.deleter import Deleter
+    from ce_k8s.agent.effects import Effects
+    from ce_k8s.agent.jobs import JobRecord, JobTable
+    from ce_k8s.agent.journal import PostJournal
+    from ce_k8s.agent.metrics import AgentMetrics
+    from ce_k8s.ratelimit import TokenBucket
+    from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +102,25 @@ class Creator:
     """The create of a routed job's pod and Secret; its turns come from the agent's one work queue
     (effects.py), keyed by pod name, on `CE_K8S_CREATE_CONCURRENCY` workers."""
 
-    def __init__(self, agent, effects) -> None:
-        self.agent = agent
+    def __init__(self, settings: Settings, jobs: JobTable, cache: PodCache, journal: PostJournal,
+                 core: CoreV1Api, calls: CoreCalls, bucket: TokenBucket, stop: threading.Event,
+                 request_timeout: float, prom: AgentMetrics, metrics: dict[str, int], deleter: Deleter,
+                 effects: Effects, seed: Callable[[JobRecord, object, float], None]) -> None:
+        self.settings = settings
+        self.jobs = jobs
+        self.cache = cache
+        self.journal = journal
+        self.core = core
+        self.calls = calls
+        self.bucket = bucket
+        self.stop = stop
+        self.request_timeout = request_timeout
+        self.prom = prom
+        self.metrics = metrics
+        self.deleter = deleter
         self.effects = effects
+        # What the new Secret holds, told to the credential refresher (credentials.seed).
+        self.seed = seed
 
     @property
     def queue(self):
@@ -100,15 +130,15 @@ class Creator:
     def turn(self, name: str) -> None:
         """A turn of pod `name`: create it if its record still asks for that (queued by an update,
         or a temporary failure's back-off ran out), else nothing."""
-        rec = self.agent.jobs.get(name)
-        if rec is None or rec.create.state not in (CREATE_PENDING, CREATE_RETRY) or rec.ad_text is None:
+        rec = self.jobs.get(name)
+        if rec is None or rec.creation.info.state not in (CREATE_PENDING, CREATE_RETRY) or rec.creation.ad_text is None:
             return
-        if self.agent.stop_event.is_set():
+        if self.stop.is_set():
             return
         try:
             self.run(rec)
         except Exception as exc:
-            log.exception("%s", fields(event="create-crashed", job=rec.routed_job or "?", pod=rec.pod_name,
+            log.exception("%s", fields(event="create-crashed", job=rec.reporting.routed_job or "?", pod=rec.pod_name,
                                        error=type(exc).__name__))
             self._retry(rec, "internal error (see the agent log)")
 
@@ -125,7 +155,7 @@ class Creator:
         from ce_k8s.agent.sandbox_io import read_sandbox
         from ce_k8s.pods.builder import build_manifests
 
-        settings = self.agent.settings
+        settings = self.settings
         ad, items, pilot_uid = self._plan(text, owner, caller_uid)
         attempt = ad.get_int("K8sAttempt", 0, code="missing-job-id") or 0
         files = read_sandbox(items, settings.spool, settings.secret_max_bytes, owner_uid=pilot_uid)
@@ -137,7 +167,7 @@ class Creator:
         from ce_k8s.agent.credentials import CREDENTIAL_ROLES
         from ce_k8s.agent.sandbox_io import read_sandbox
 
-        settings = self.agent.settings
+        settings = self.settings
         owner = adtext.unquote(adtext.scan(text, frozenset({"owner"})).get("owner")) or ""
         _ad, items, pilot_uid = self._plan(text, owner, caller_uid)
         items = [item for item in items if item.role in CREDENTIAL_ROLES]
@@ -158,97 +188,95 @@ class Creator:
         ad = JobAd(wire.evaluate_ad(ads[0]))
         if owner is not None and (ad.get("Owner") or "") != owner:
             raise PodBuildError("internal-error", "the routed ad names two different Owners")
-        items = sandbox_plan(ad, self.agent.settings)
+        items = sandbox_plan(ad, self.settings)
         pilot_uid = caller_uid if caller_uid not in (None, 0, os.geteuid()) else None
         return ad, items, pilot_uid
 
     def run(self, rec) -> None:
         """Build, create (or adopt) the pod, then its Secret; record the outcome on `rec`."""
-        agent = self.agent
-        text, rec.ad_text = rec.ad_text, None
-        if rec.cleaned or text is None:
-            rec.create.state = CREATE_DONE if rec.namespace else CREATE_NONE
+        text, rec.creation.ad_text = rec.creation.ad_text, None
+        if rec.cleanup.asked_at or text is None:
+            rec.creation.info.state = CREATE_DONE if rec.creation.namespace else CREATE_NONE
             self.queue.forget(rec.pod_name)
             return
-        job = rec.routed_job or "?"
+        job = rec.reporting.routed_job or "?"
         read_at = time.time()
         try:
-            built = self.build(text, adtext.unquote(adtext.scan(text).get("owner")) or "", rec.caller_uid)
+            built = self.build(text, adtext.unquote(adtext.scan(text).get("owner")) or "", rec.creation.caller_uid)
         except PodBuildError as exc:
             log.warning("%s", fields(event="build-failed", job=job, pod=rec.pod_name, code=exc.code,
                                      error=exc.message))
-            rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            rec.creation.info = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             self.queue.forget(rec.pod_name)
             return
         if built.name != rec.pod_name:
-            rec.create = CreateInfo(CREATE_HOLD, "internal-error",
+            rec.creation.info = CreateInfo(CREATE_HOLD, "internal-error",
                                     {"message": f"built pod name {built.name} != K8sPodName {rec.pod_name}"})
             return
-        rec.namespace = built.namespace
+        rec.creation.namespace = built.namespace
         pod: dict = {}
         try:
-            if (rec.check_history and not rec.seen_uid and agent.cache.get(built.name) is None
-                    and not agent.journal.posted(built.name)):    # the journal answers better (create_pod)
+            if (rec.creation.check_history and not rec.creation.seen_uid and self.cache.get(built.name) is None
+                    and not self.journal.posted(built.name)):    # the journal answers better (create_pod)
                 if self.existed_before(built):
                     raise Ended("an Event names an earlier pod of this attempt")
-                rec.check_history = False       # looked once: from now on this process is the witness
+                rec.creation.check_history = False       # looked once: from now on this process is the witness
             pod = self.create_pod(built, job, rec)
             if built.secret is not None:
                 self.ensure_secret(built, pod, job, rec)
-                agent.credentials.seed(rec, built, read_at)     # what the Secret now holds (credentials.py)
+                self.seed(rec, built, read_at)     # what the Secret now holds (credentials.py)
         except Ended as exc:
             # F1/F3: count the vanished pod as this attempt's one pod; the status mapping moves the
             # job to the next attempt (a tombstone says why; without one, "vanished").
             log.info("%s", fields(event="create-skipped", job=job, pod=rec.pod_name, why=str(exc)))
             self.queue.forget(rec.pod_name)
-            rec.failures = 0
-            rec.create = CreateInfo(CREATE_DONE)
+            rec.creation.failures = 0
+            rec.creation.info = CreateInfo(CREATE_DONE)
             return
         except Temporary as exc:
-            if rec.ad_text is None:
-                rec.ad_text = text          # kept for the retry (unless an update brought a newer one)
+            if rec.creation.ad_text is None:
+                rec.creation.ad_text = text          # kept for the retry (unless an update brought a newer one)
             self._retry(rec, str(exc))
             log.info("%s", fields(event="create-delayed", job=job, pod=rec.pod_name, error=str(exc),
-                                  attempt=rec.failures, retry_s=round(rec.next_try - time.time(), 1)))
+                                  attempt=rec.creation.failures, retry_s=round(rec.creation.next_try - time.time(), 1)))
             return
         except Permanent as exc:
             log.warning("%s", fields(event="create-refused", job=job, pod=rec.pod_name, code=exc.code,
                                      error=exc.message))
-            rec.create = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
+            rec.creation.info = CreateInfo(CREATE_HOLD, exc.code, {"message": exc.message}, exc.message)
             self.queue.forget(rec.pod_name)
             if exc.code == "secret-create-failed":
-                agent.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
+                self.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="hold", job=job)
             return
-        agent.cache.observe(pod)
-        rec.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.seen_uid
+        self.cache.observe(pod)
+        rec.creation.seen_uid = (pod.get("metadata") or {}).get("uid") or rec.creation.seen_uid
         self.queue.forget(rec.pod_name)
-        rec.failures = 0
-        rec.create = CreateInfo(CREATE_DONE)
-        if rec.cleaned:        # cleanup arrived while we were creating: undo at once
+        rec.creation.failures = 0
+        rec.creation.info = CreateInfo(CREATE_DONE)
+        if rec.cleanup.asked_at:        # cleanup arrived while we were creating: undo at once
             # With the uid, a cleanup that already deleted this very pod is seen (deletions.py):
             # the pod is deleted once, and its Secret is not deleted by name after a 404.
-            agent.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
+            self.deleter.delete_async(_Named(built.name, built.namespace, _uid(pod)), why="cleanup", job=job)
 
     def _retry(self, rec, message: str) -> None:
         """A temporary failure: the pod's key comes back after its own back-off (and an update poll
         after `next_try` may bring it back with a newer ad)."""
         delay = self.queue.retry(rec.pod_name)
-        rec.failures = self.queue.failures(rec.pod_name)
-        rec.next_try = time.time() + delay           # before the state: an update reads them in this order
-        rec.create = CreateInfo(CREATE_RETRY, message=message)
+        rec.creation.failures = self.queue.failures(rec.pod_name)
+        rec.creation.next_try = time.time() + delay           # before the state: an update reads them in this order
+        rec.creation.info = CreateInfo(CREATE_RETRY, message=message)
 
     def _call(self, what: str, fn, *args, **kwargs):
         """One API call under the QPS budget; failures counted by verb, resource and code (metrics).
         A 409 on create is the normal "exists, adopt" answer, not an error."""
-        agent = self.agent
-        if not agent.bucket.acquire(agent.stop_event):
+        if not self.bucket.acquire(self.stop):
             raise Temporary("agent stopping")
         try:
-            return drained(fn(*args, _preload_content=False, _request_timeout=agent.request_timeout, **kwargs))
+            return drained(fn(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs))
         except Exception as exc:
             verb, _, resource = what.partition(" ")
             if not (verb == "create" and getattr(exc, "status", None) == 409):
-                agent.prom.api_error(verb, resource + "s", exc)
+                self.prom.api_error(verb, resource + "s", exc)
             raise
 
     call = _call     # the credential refresher's Secret patches share the budget and the metrics
@@ -260,7 +288,7 @@ class Creator:
         K8sPodUid, but the scheduler's and kubelet's Events about it stay for an hour. A 403 (the
         Role lacks `events: list`) falls back to creating, as before; other failures retry later.
         """
-        core: CoreV1Api = self.agent.core
+        core: CoreV1Api = self.core
         try:
             resp = self._call("list event", core.list_namespaced_event, built.namespace,
                               field_selector=f"involvedObject.kind=Pod,involvedObject.name={built.name}", limit=1)
@@ -277,8 +305,9 @@ class Creator:
 
     def _ended(self, rec, name: str) -> bool:
         """Whether this attempt's pod was seen and is gone now (tombstone, or a uid with no live pod)."""
-        cache = self.agent.cache
-        return cache.get_gone(name) is not None or (bool(rec is not None and rec.seen_uid) and cache.get(name) is None)
+        cache = self.cache
+        seen = bool(rec is not None and rec.creation.seen_uid)
+        return cache.get_gone(name) is not None or (seen and cache.get(name) is None)
 
     def create_pod(self, built, job: str = "?", rec=None) -> dict:
         """Create the pod, or adopt an existing one that is provably the same job's.
@@ -289,12 +318,13 @@ class Creator:
         before every real POST the cache is checked once more for a tombstone of the name.
         """
         name = built.name
-        journal = self.agent.journal
+        journal = self.journal
         posted = journal.posted(name)
-        if posted or (rec is not None and (rec.failures or rec.seen_uid or self.agent.cache.get(name) is not None
-                                           or self.agent.cache.get_gone(name) is not None)):
+        if posted or (rec is not None and (rec.creation.failures or rec.creation.seen_uid
+                                           or self.cache.get(name) is not None
+                                           or self.cache.get_gone(name) is not None)):
             try:
-                self._call("create pod", self.agent.calls.create_namespaced_pod, built.namespace, built.pod,
+                self._call("create pod", self.calls.create_namespaced_pod, built.namespace, built.pod,
                            dry_run="All")
             except ApiException as exc:
                 if exc.status == 409:
@@ -318,7 +348,7 @@ class Creator:
                 # request was lost on the way. Counting it as the attempt's pod is the safe side
                 # (journal.py; docs/reliability.md, F1).
                 raise Ended("a create of this pod was sent before and the pod is gone")
-            if rec is not None and rec.failures and self.existed_before(built):
+            if rec is not None and rec.creation.failures and self.existed_before(built):
                 # An earlier POST may have been applied while its answer was lost, and the pod
                 # evicted and deleted while the watch was cut (a relist leaves no tombstone):
                 # its Events outlive it (docs/reliability.md, F3).
@@ -328,10 +358,10 @@ class Creator:
         journal.record_post(name)      # before the request leaves: a SIGKILL after it must not forget
         try:
             t0 = time.monotonic()
-            resp = self._call("create pod", self.agent.calls.create_namespaced_pod, built.namespace, built.pod)
-            self.agent.prom.create_seconds.observe(time.monotonic() - t0)
-            self.agent.prom.pods_created.inc()
-            self.agent.metrics["creates"] += 1
+            resp = self._call("create pod", self.calls.create_namespaced_pod, built.namespace, built.pod)
+            self.prom.create_seconds.observe(time.monotonic() - t0)
+            self.prom.pods_created.inc()
+            self.metrics["creates"] += 1
             log.info("%s", fields(event="pod-created", job=job, pod=built.name, namespace=built.namespace))
             self.note_warnings(resp, "pods", built.name, built.namespace, job, rec)
             return json.loads(resp.data)
@@ -350,7 +380,7 @@ class Creator:
     def _exists(self, built) -> bool:
         """Whether a pod of the built name exists now (a GET; 404 is no)."""
         try:
-            self._call("get pod", self.agent.core.read_namespaced_pod, built.name, built.namespace)
+            self._call("get pod", self.core.read_namespaced_pod, built.name, built.namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -363,7 +393,7 @@ class Creator:
 
     def _adopt(self, built, job: str) -> dict:
         """The existing pod (after AlreadyExists), if its annotations name this job and owner."""
-        core = self.agent.core
+        core = self.core
         try:
             existing = json.loads(self._call("get pod", core.read_namespaced_pod, built.name, built.namespace).data)
         except ApiException as exc:
@@ -380,8 +410,8 @@ class Creator:
             if want.get(key) != have.get(key):
                 raise Permanent("admission-denied", f"pod {built.name} already exists for another job or "
                                                     f"owner ({key} differs); not touched")
-        self.agent.metrics["adopted"] += 1
-        self.agent.prom.pods_adopted.inc()
+        self.metrics["adopted"] += 1
+        self.prom.pods_adopted.inc()
         log.info("%s", fields(event="pod-adopted", job=job, pod=built.name, namespace=built.namespace))
         return existing
 
@@ -400,24 +430,25 @@ class Creator:
             return
         for w in warnings:
             if rec is not None:
-                if w.text in rec.api_warnings:
+                notes = rec.warnings
+                if w.text in notes.texts:
                     continue
-                rec.api_warnings = (*rec.api_warnings, w.text)
+                rec.warnings = notes = dataclasses.replace(notes, texts=(*notes.texts, w.text))
             kind = w.kind
             effect = apiwarnings.KINDS[kind]
-            self.agent.prom.api_warnings.labels(resource, kind).inc()
+            self.prom.api_warnings.labels(resource, kind).inc()
             log.warning("%s", fields(event="api-warning", job=job, pod=pod, namespace=namespace, resource=resource,
                                      kind=kind, effect=effect, text=w.text))
             if rec is not None and effect == apiwarnings.PLACEMENT:
-                rec.note_pending = apiwarnings.join(rec.note_pending, w.text)
+                rec.warnings = dataclasses.replace(notes, pending=apiwarnings.join(notes.pending, w.text))
             elif rec is not None and effect == apiwarnings.IGNORED:
-                rec.note_always = apiwarnings.join(rec.note_always, w.text)
+                rec.warnings = dataclasses.replace(notes, always=apiwarnings.join(notes.always, w.text))
 
     def ensure_secret(self, built, pod: dict, job: str = "?", rec=None) -> None:
         """Create the Secret owned by `pod`; if it exists, make its data and owner ours."""
         from ce_k8s.pods.builder import owner_reference
 
-        core = self.agent.core
+        core = self.core
         uid = (pod.get("metadata") or {}).get("uid") or ""
         secret = dict(built.secret)
         meta = dict(secret.get("metadata") or {})
@@ -425,7 +456,7 @@ class Creator:
             meta["ownerReferences"] = [owner_reference(built.name, uid)]
         secret["metadata"] = meta
         try:
-            resp = self._call("create secret", self.agent.calls.create_namespaced_secret, built.namespace, secret)
+            resp = self._call("create secret", self.calls.create_namespaced_secret, built.namespace, secret)
             self.note_warnings(resp, "secrets", built.name, built.namespace, job, rec)
             return
         except ApiException as exc:

@@ -52,7 +52,13 @@ from ce_k8s.pods.names import secret_name
 from ce_k8s.ratelimit import backoff
 
 if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
+
+    from ce_k8s.agent.creator import Creator
+    from ce_k8s.agent.effects import Effects
+    from ce_k8s.agent.metrics import AgentMetrics
     from ce_k8s.agent.routedjob import RoutedJob
+    from ce_k8s.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +150,17 @@ class CredentialRefresher:
     """The hot-path check, and the refresh that runs at the pod's turn on the agent's work queue
     (effects.py): never beside the same pod's create or delete (module docstring)."""
 
-    def __init__(self, agent) -> None:
-        self.agent = agent
+    def __init__(self, settings: Settings, core: CoreV1Api, effects: Effects, stop: threading.Event,
+                 prom: AgentMetrics, metrics: dict[str, int], writer: Creator) -> None:
+        self.settings = settings
+        self.core = core
+        self.effects = effects
+        self.stop = stop
+        self.prom = prom
+        self.metrics = metrics
+        # The creator reads the credential files exactly as a create does, and its `call` and
+        # `note_warnings` put the Secret patch under the same budget, metrics and warning notes.
+        self.writer = writer
         self._lock = threading.Lock()
 
     # -- hot path ------------------------------------------------------------------------------
@@ -155,11 +170,11 @@ class CredentialRefresher:
 
         Cost when nothing changed: one `lstat` per credential file and a tuple comparison.
         """
-        cs = rec.cred
+        cs = rec.credentials
         if cs is None:
-            cs = rec.cred = CredentialState()
+            cs = rec.credentials = CredentialState()
         if cs.paths is None:
-            cs.paths = credential_paths(job, self.agent.settings.spool)
+            cs.paths = credential_paths(job, self.settings.spool)
         if not cs.paths:
             return
         seen = tuple(map(signature, cs.paths))
@@ -173,8 +188,8 @@ class CredentialRefresher:
             if cs.busy:
                 return
             cs.busy = True
-        task = _Task(rec, text, uid, seen, pod.name, pod.namespace, since, rec.routed_job or "?")
-        self.agent.effects.refresh(pod.name, lambda: self._run(task))
+        task = _Task(rec, text, uid, seen, pod.name, pod.namespace, since, rec.reporting.routed_job or "?")
+        self.effects.refresh(pod.name, lambda: self._run(task))
 
     def seed(self, rec, built, read_at: float) -> None:
         """After a create: the Secret holds the credential contents `built` carries, read after
@@ -182,9 +197,9 @@ class CredentialRefresher:
         data = (built.secret or {}).get("data") or {}
         digests = {item.key: digest(base64.b64decode(data[item.key])) for item in built.sandbox
                    if item.role in CREDENTIAL_ROLES and item.key in data}
-        cs = rec.cred
+        cs = rec.credentials
         if cs is None:
-            cs = rec.cred = CredentialState()
+            cs = rec.credentials = CredentialState()
         cs.digests, cs.taken, cs.since = digests, None, read_at - LOCAL_SLACK_S
 
     # -- worker --------------------------------------------------------------------------------
@@ -192,20 +207,20 @@ class CredentialRefresher:
     def _run(self, task: _Task) -> None:
         """The pod's turn: refresh, and let the next changed file be queued again."""
         try:
-            if not self.agent.stop_event.is_set():
+            if not self.stop.is_set():
                 self.refresh(task)
         except Exception as exc:
             log.exception("%s", fields(event="credential-refresh-crashed", job=task.job, pod=task.pod,
                                        error=type(exc).__name__))
             self._failed(task, "internal", "internal error (see the agent log)")
         finally:
-            task.rec.cred.busy = False
+            task.rec.credentials.busy = False
 
     def refresh(self, task: _Task) -> bool:
         """Read the job's credential files safely; patch the Secret's changed keys. True if patched."""
-        cs: CredentialState = task.rec.cred
+        cs: CredentialState = task.rec.credentials
         try:
-            files = self.agent.creator.read_credentials(task.text, task.uid)
+            files = self.writer.read_credentials(task.text, task.uid)
         except PodBuildError as exc:
             self._failed(task, "read", f"{exc.code}: {exc.message}")
             return False
@@ -221,9 +236,9 @@ class CredentialRefresher:
             return False
         body = {"data": {key: base64.b64encode(data).decode("ascii") for key, data in changed.items()}}
         name = secret_name(task.pod)
-        core = self.agent.core
+        core = self.core
         try:
-            resp = self.agent.creator.call("patch secret", core.patch_namespaced_secret, name, task.namespace, body)
+            resp = self.writer.call("patch secret", core.patch_namespaced_secret, name, task.namespace, body)
         except ApiException as exc:
             if exc.status == 404:
                 # The Secret (and so its pod) is gone: nothing left to refresh for this pod.
@@ -236,21 +251,21 @@ class CredentialRefresher:
         except Exception as exc:
             self._failed(task, "api", f"{type(exc).__name__}: {str(exc)[:200]}")
             return False
-        self.agent.creator.note_warnings(resp, "secrets", task.pod, task.namespace, task.job, task.rec)
+        self.writer.note_warnings(resp, "secrets", task.pod, task.namespace, task.job, task.rec)
         cs.digests.update({key: new[key] for key in changed})
         cs.taken, cs.failures, cs.next_try = task.seen, 0, 0.0
         cs.refreshes += 1
-        self.agent.prom.credential_refreshes.inc()
-        self.agent.metrics["credentials_refreshed"] += 1
+        self.prom.credential_refreshes.inc()
+        self.metrics["credentials_refreshed"] += 1
         log.info("%s", fields(event="credential-refreshed", job=task.job, pod=task.pod, namespace=task.namespace,
                               secret=name, keys=",".join(sorted(changed))))
         return True
 
     def _failed(self, task: _Task, why: str, message: str) -> None:
-        cs: CredentialState = task.rec.cred
+        cs: CredentialState = task.rec.credentials
         cs.failures += 1
         delay = backoff(cs.failures, base=RETRY_BASE_S, cap=RETRY_CAP_S)
         cs.next_try = time.time() + delay
-        self.agent.prom.credential_failures.labels(why).inc()
+        self.prom.credential_failures.labels(why).inc()
         log.warning("%s", fields(event="credential-refresh-failed", job=task.job, pod=task.pod, why=why,
                                  error=message, attempt=cs.failures, retry_s=round(delay, 1)))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(eq=False)
@@ -36,7 +37,8 @@ class Deletion:
 class Deletions:
     """The deletes in flight and the settled ones, by pod name; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock               # settled_at's time.time(); a test passes its own
         self._lock = threading.Lock()
         self._running: dict[str, Deletion] = {}
         self._settled: dict[str, Deletion] = {}
@@ -58,7 +60,7 @@ class Deletions:
         """Record the outcome of the call `deletion` (None: it failed, so the next claim may retry)."""
         with self._lock:
             deletion.existed = existed
-            deletion.settled_at = time.time()
+            deletion.settled_at = self.clock()
             if self._running.get(deletion.name) is deletion:
                 del self._running[deletion.name]
             if existed is not None:

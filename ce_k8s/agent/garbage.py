@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ce_k8s.agent.logfmt import fields, short_error
@@ -41,7 +42,9 @@ class GarbageCollector:
     def __init__(self, settings: Settings, options: AgentOptions, cache: PodCache, jobs: JobTable,
                  journal: PostJournal, deletions: Deletions, deleter: Deleter, releases: Releases,
                  output: OutputStore, fetches: OutputFetches, saver: OutputSaver, accounting: JobAccounting,
-                 stop_event: threading.Event, interval: float) -> None:
+                 stop_event: threading.Event, interval: float, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock              # time.time(); a test passes its own (tests/agent/fakes.py)
         self.settings = settings
         self.options = options
         self.cache = cache
@@ -56,7 +59,7 @@ class GarbageCollector:
         self.accounting = accounting
         self.stop_event = stop_event
         self.interval = interval
-        self.started_at = time.time()      # the agent's start: the GC grace of pods it has not heard of
+        self.started_at = clock()          # the agent's start: the GC grace of pods it has not heard of
         self._thread: threading.Thread | None = None
 
     def start(self, started_at: float) -> None:
@@ -85,7 +88,7 @@ class GarbageCollector:
         of pods that are gone is dropped after `max(2 × CE_K8S_GC_GRACE, 1 day)` (a finalize that
         never came, e.g. the job was removed while the agent was down).
         """
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         grace = self.settings.gc_grace
         victims = []
         for name, pod in list(self.cache.pods.items()):
@@ -94,7 +97,7 @@ class GarbageCollector:
             rec = self.jobs.get(name)
             last = rec.last_touch if rec and rec.last_touch else self.started_at
             released = self.journal.released_at(name) is not None
-            if (rec and rec.cleaned and not released) or (pod.finished and now - last >= grace):
+            if (rec and rec.cleanup.asked_at and not released) or (pod.finished and now - last >= grace):
                 victims.append(pod)
         collected = []
         for pod in victims:
@@ -117,8 +120,8 @@ class GarbageCollector:
         self.fetches.prune(now - max(grace, 600), keep=set(self.cache.pods))
         with self.jobs.lock:
             for name in [n for n, r in self.jobs.items()
-                         if r.create.state != CREATE_PENDING and n not in self.cache.pods
-                         and now - max(r.last_touch, r.cleaned) >= 2 * max(grace, 600)]:
+                         if r.creation.info.state != CREATE_PENDING and n not in self.cache.pods
+                         and now - max(r.last_touch, r.cleanup.asked_at) >= 2 * max(grace, 600)]:
                 del self.jobs[name]
                 self.saver.tries.pop(name, None)
         return [p.name for p in victims]

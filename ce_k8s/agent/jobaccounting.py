@@ -87,7 +87,7 @@ class JobAccounting:
             return
         rec = self.jobs.get(pod.name)
         ad = history_ad(record, self.settings.ce_name, self.identities.get(pod.name),
-                        rec.routed_job if rec is not None else "")
+                        rec.reporting.routed_job if rec is not None else "")
         try:
             path = self.history.write(pod.uid or pod.name, ad)
             self._history_retry.pop(pod.name, None)

@@ -47,6 +47,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from ce_k8s.agent.logfmt import fields
 
@@ -77,8 +78,10 @@ class PostJournal:
     """Which pod names an agent process of this CE has sent a create for, which pods a cleanup
     released and which never-created names stand for an adopted pod, across restarts."""
 
-    def __init__(self, directory: str, keep: float = DEFAULT_KEEP, now: float | None = None) -> None:
+    def __init__(self, directory: str, keep: float = DEFAULT_KEEP, now: float | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = os.path.join(directory, FILE_NAME)
+        self.clock = clock                       # the time of each line; a test passes its own
         self.keep = keep
         self._posted: dict[str, float] = {}      # name -> time of its POST
         self._released: dict[str, tuple[str, float]] = {}   # name -> (source GlobalJobId, last release)
@@ -88,7 +91,7 @@ class PostJournal:
         self._lock = threading.Lock()
         self._lines = 0                          # lines in the file now
         self._fd = -1
-        self._load(time.time() if now is None else now)
+        self._load(clock() if now is None else now)
         self._rewrite()
 
     # -- queries --------------------------------------------------------------------------------
@@ -155,7 +158,7 @@ class PostJournal:
 
     def prune(self, now: float | None = None) -> None:
         """Forget entries older than `keep`; rewrite the file when it is mostly dead lines (GC loop)."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         with self._lock:
             for name in [n for n, t in self._posted.items() if now - t > self.keep]:
                 del self._posted[name]
@@ -238,7 +241,7 @@ class PostJournal:
     # -- the file -------------------------------------------------------------------------------
 
     def _append(self, kind: str, name: str, apply, arg: str | None = None) -> None:
-        now = time.time()
+        now = self.clock()
         line = (f"{now:.3f} {kind} {name}\n" if arg is None else f"{now:.3f} {kind} {name} {arg}\n").encode()
         with self._lock:
             apply(now)

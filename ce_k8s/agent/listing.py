@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
@@ -38,7 +39,8 @@ class Listing:
     """The rows of `list`, filtered by the caller's uid (the `Access` rule)."""
 
     def __init__(self, settings: Settings, access: Access, cache: PodCache, jobs: JobTable,
-                 config_error_grace: int) -> None:
+                 config_error_grace: int, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock              # time.time(); a test passes its own (tests/agent/fakes.py)
         self.settings = settings
         self.access = access
         self.cache = cache
@@ -51,7 +53,7 @@ class Listing:
         sees its own jobs. Only ids, states and reasons: never an ad, a Secret or a log."""
         if not self.cache.ready.is_set():
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
-        now = int(time.time())
+        now = int(self.clock())
         rows = []
         for name, pod in list(self.cache.pods.items()):
             rec = self.jobs.get(name)
@@ -59,21 +61,23 @@ class Listing:
             if self.access.authorized(owner, uid):
                 rows.append(self._pod_row(pod, rec, now))
         for name, rec in list(self.jobs.items()):
-            if name in self.cache.pods or rec.cleaned or not rec.routed_job:
+            if name in self.cache.pods or rec.cleanup.asked_at or not rec.reporting.routed_job:
                 continue
-            waiting = rec.create.state in (CREATE_PENDING, CREATE_RETRY, CREATE_HOLD)
-            if (rec.job_status == HELD or waiting) and self.access.authorized(rec.owner, uid):
-                rows.append(_row(rec.routed_job, rec.source_job, rec.owner, rec.route, rec.namespace, name, "",
-                                 "Gone" if rec.job_status == HELD else "", JOB_STATES.get(rec.job_status or 0, "?"),
-                                 rec.attempt, None, rec.hold_reason, rec.reason or rec.create.message))
+            said, create = rec.reporting, rec.creation
+            waiting = create.info.state in (CREATE_PENDING, CREATE_RETRY, CREATE_HOLD)
+            if (said.job_status == HELD or waiting) and self.access.authorized(rec.owner, uid):
+                rows.append(_row(said.routed_job, said.source_job, rec.owner, said.route, create.namespace, name, "",
+                                 "Gone" if said.job_status == HELD else "", JOB_STATES.get(said.job_status or 0, "?"),
+                                 said.attempt, None, said.hold_reason, said.reason or create.info.message))
         return protocol.STATUS_OK, [json.dumps({"pilots": rows}, separators=(",", ":")).encode()]
 
     def _pod_row(self, pod: PodInfo, rec: JobRecord | None, now: int) -> dict[str, object]:
         phase = "Terminating" if pod.deleting and not pod.finished else pod.phase
         if pod.phase == "Failed" and pod.disrupted:
             phase = "Evicted"
-        if rec is not None and rec.job_status is not None:
-            status, hold, reason = JOB_STATES.get(rec.job_status, "?"), rec.hold_reason, rec.reason
+        said = rec.reporting if rec is not None else None
+        if said is not None and said.job_status is not None:
+            status, hold, reason = JOB_STATES.get(said.job_status, "?"), said.hold_reason, said.reason
         else:   # no update since this agent started: what the next update would say
             next_name = pod_name(pod.global_job_id, pod.attempt + 1) if pod.global_job_id else None
             job = JobView(pod_name=pod.name, attempt=pod.attempt, max_attempts=self.settings.max_attempts,
@@ -84,8 +88,8 @@ class Listing:
             code = attrs.get("JobStatus")
             status = JOB_STATES.get(code, "?") if isinstance(code, int) else "?"
             hold, reason = str(attrs.get("HoldReason") or ""), str(attrs.get("K8sPodReason") or "")
-        return _row(rec.routed_job if rec else "", (rec.source_job if rec else "") or pod.source_job,
-                    pod.owner or (rec.owner if rec else ""), pod.route or (rec.route if rec else ""), pod.namespace,
+        return _row(said.routed_job if said else "", (said.source_job if said else "") or pod.source_job,
+                    pod.owner or (rec.owner if rec else ""), pod.route or (said.route if said else ""), pod.namespace,
                     pod.name, pod.node, phase, status, pod.attempt, pod.created, hold, reason)
 
 

@@ -67,7 +67,7 @@ class Releases:
     def held_by_agent(self, pod: PodInfo, job: RoutedJob, now: float) -> bool:
         """Whether the agent holds (or is about to hold) the job of `pod`: then its pod goes."""
         rec = self.jobs.get(pod.name)
-        if (rec is not None and rec.job_status == HELD) or job.job_status == HELD:
+        if (rec is not None and rec.reporting.job_status == HELD) or job.job_status == HELD:
             return True
         s = self.settings
         # the pod's own attempt and the route's limits only, not the ad's state (`RoutedJob.job_view` is the update's)
@@ -104,8 +104,9 @@ class Releases:
             rec = self.jobs.get(pod.name)
             if rec is not None:
                 with self.jobs.lock:
-                    rec.cleaned = 0.0
-                    rec.reason = f"released at cleanup of {job}: kept {self.options.release_grace} s for a re-route"
+                    rec.cleanup = rec.cleanup.cleared()
+                    rec.reporting.reason = (f"released at cleanup of {job}: kept {self.options.release_grace} s "
+                                            "for a re-route")
             self.metrics["released"] += 1
             why = ("the source job will be routed again" if verdict != "unknown"
                    else "the source job's state is unknown (schedd unreachable or probe off)")
@@ -120,8 +121,9 @@ class Releases:
         with self.lock:
             self.journal.record_unreleased(pod.name)
         with self.jobs.lock:
-            rec.cleaned = 0.0
-        log.info("%s", fields(event="pod-adopted", job=rec.routed_job or self.jobs.job_for(pod.name), pod=pod.name,
+            rec.cleanup = rec.cleanup.cleared()
+        job = rec.reporting.routed_job or self.jobs.job_for(pod.name)
+        log.info("%s", fields(event="pod-adopted", job=job, pod=pod.name,
                               namespace=pod.namespace, source="released", alias=None))
 
     def adoptable(self, name: str, owner: str, gjid: str) -> PodInfo | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ce_k8s import protocol
@@ -28,7 +29,6 @@ from ce_k8s.agent.status import (
     CREATE_NONE,
     CREATE_PENDING,
     CREATE_RETRY,
-    HELD,
     IDLE,
     RUNNING,
     decide,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ce_k8s.agent.deleter import Deleter
     from ce_k8s.agent.effects import Effects
     from ce_k8s.agent.jobaccounting import JobAccounting
-    from ce_k8s.agent.jobs import JobRecord, JobTable
+    from ce_k8s.agent.jobs import JobRecord, JobTable, WarningNotes
     from ce_k8s.agent.journal import PostJournal
     from ce_k8s.agent.outputsave import OutputSaver
     from ce_k8s.agent.podinfo import PodInfo
@@ -63,7 +63,8 @@ class Updates:
     def __init__(self, settings: Settings, access: Access, cache: PodCache, jobs: JobTable, journal: PostJournal,
                  releases: Releases, deleter: Deleter, effects: Effects, credentials: CredentialRefresher,
                  accounting: JobAccounting, saver: OutputSaver, metrics: dict[str, int],
-                 config_error_grace: int) -> None:
+                 config_error_grace: int, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock              # time.time(); a test passes its own (tests/agent/fakes.py)
         self.settings = settings
         self.access = access
         self.cache = cache
@@ -88,11 +89,11 @@ class Updates:
             return protocol.STATUS_OK, [b""]          # not routed through our translate hook
         if not self.cache.ready.is_set():
             return protocol.STATUS_BUSY, [b"agent is still listing pods"]
-        return self._update(text, uid, job, job.pod_name, time.time())
+        return self._update(text, uid, job, job.pod_name, self.clock())
 
     def _never_created(self, rec: JobRecord, name: str) -> bool:
         """No pod of this name was ever made, as far as anything can tell (memory, cache, journal)."""
-        return (rec.create.state == CREATE_NONE and not rec.seen_uid and not rec.namespace
+        return (rec.creation.info.state == CREATE_NONE and not rec.creation.seen_uid and not rec.creation.namespace
                 and not self.journal.posted(name) and self.cache.get(name) is None
                 and self.cache.get_gone(name) is None)
 
@@ -102,7 +103,7 @@ class Updates:
         routing of the same source job already saw (when that cleanup released a live pod instead,
         or the source job never got `K8sAttempt` copied); without this its create would be refused
         for ever. A pod that existed is never made again this way (docs/design.md Decision 5)."""
-        return bool(rec.cleaned_job) and job.job_id != rec.cleaned_job and self._never_created(rec, name)
+        return bool(rec.cleanup.job) and job.job_id != rec.cleanup.job and self._never_created(rec, name)
 
     def _update(self, text: str, uid: int, job: RoutedJob, name: str, now: float,
                 adopted: PodInfo | None = None, may_adopt: bool = True) -> tuple[str, list[bytes]]:
@@ -111,51 +112,52 @@ class Updates:
         (`_adopt`); the reply then also names it."""
         owner = job.owner
         rec = self.jobs.record(name, owner)
-        if rec.cleaned and self._renamed_after_cleanup(rec, name, job):
+        if rec.cleanup.asked_at and self._renamed_after_cleanup(rec, name, job):
             rec = self.jobs.fresh(name, owner)
         rec.last_touch = now
         if adopted is not None:
-            rec.routed_job = ""           # another routed job owns the pod from now on
-            rec.cleaned = 0.0
-        if not rec.routed_job:
-            rec.routed_job = job.job_id
-            rec.source_job = job.routed_from
-            rec.route = job.route_name
+            rec.reporting.routed_job = ""           # another routed job owns the pod from now on
+            rec.cleanup = rec.cleanup.cleared()
+        if not rec.reporting.routed_job:
+            rec.reporting.routed_job = job.job_id
+            rec.reporting.source_job = job.routed_from
+            rec.reporting.route = job.route_name
             # Another agent process answered an update for this pod name before (its reason line
             # is in the ad): before creating it, the creator looks for traces of an earlier pod (F1).
-            rec.check_history = job.replied and not job.pod_uid
+            rec.creation.check_history = job.replied and not job.pod_uid
             self.accounting.identities[name] = job.identity()   # for the attempt's history file
         pod = self.cache.get(name)
         s = self.settings
         gjid = job.source_global_job_id
         if pod is not None and not same_job(pod, owner, gjid):
             conflict = conflict_hold(pod)
-            self.remember(rec, conflict, job)
+            remember(rec, conflict, job)
             return protocol.STATUS_OK, [adtext.changed_lines(conflict, job.attrs).encode()]
         if pod is not None:
-            rec.seen_uid = pod.uid
+            rec.creation.seen_uid = pod.uid
             if adopted is None and self.journal.released_at(name) is not None:
                 self.releases.claim(rec, pod)
-        if pod is not None and rec.create.state in (CREATE_NONE, CREATE_RETRY):
+        if pod is not None and rec.creation.info.state in (CREATE_NONE, CREATE_RETRY):
             # The pod exists but this process did not finish creating it (restart, or a timeout
             # after the server accepted the create): the Secret may be missing. Re-run the create,
             # which adopts the pod and ensures the Secret, when that can matter.
             needs_secret = pod.phase == "Pending" and pod.waiting_reason in NEEDS_SECRET_REASONS
-            if rec.create.state == CREATE_RETRY or (needs_secret and now - (pod.created or now) >= ENSURE_SECRET_AFTER):
-                if now >= rec.next_try:
+            waited = now - (pod.created or now)
+            if rec.creation.info.state == CREATE_RETRY or (needs_secret and waited >= ENSURE_SECRET_AFTER):
+                if now >= rec.creation.next_try:
                     self.queue_create(rec, text, uid)
             elif not needs_secret:
-                rec.create.state = CREATE_DONE     # found by the relist after a restart, past the Secret
+                rec.creation.info.state = CREATE_DONE     # found by the relist after a restart, past the Secret
             # else (F2): a young pod still waiting, maybe for a Secret the dead agent never made:
             # stay undecided and look again at the next update, until ENSURE_SECRET_AFTER has passed.
         view = job.job_view(name, adopted.attempt if adopted is not None else job.attempt, s)
         next_name = pod_name(gjid, view.attempt + 1) if gjid and view.attempt < 999_999 else None
-        rec.attempt = view.attempt
+        rec.reporting.attempt = view.attempt
         gone = self.cache.get_gone(name) if pod is None else None
-        decision = decide(view, pod, gone, rec.create, int(now), s.image_pull_timeout, self.config_error_grace,
+        decision = decide(view, pod, gone, rec.creation.info, int(now), s.image_pull_timeout, self.config_error_grace,
                           next_name)
-        if (decision.create and may_adopt and adopted is None and gjid and rec.create.state == CREATE_NONE
-                and not rec.seen_uid and not self.journal.posted(name)):
+        if (decision.create and may_adopt and adopted is None and gjid and rec.creation.info.state == CREATE_NONE
+                and not rec.creation.seen_uid and not self.journal.posted(name)):
             # This name was never created (no pod, no tombstone, no post, no uid in the ad): a
             # re-routed job may find its live pod released by the cleanup of its last routing.
             target = self.releases.adoptable(name, owner, gjid)
@@ -165,25 +167,25 @@ class Updates:
         if adopted is not None:
             desired = {"K8sPodName": name, "K8sAttempt": adopted.attempt, **desired}
         desired = self.accounting.with_usage(desired, pod or gone, job, now)
-        if (rec.note_pending or rec.note_always) and pod is not None:
-            desired = with_warnings(desired, rec, pod)
+        if (rec.warnings.pending or rec.warnings.always) and pod is not None:
+            desired = with_warnings(desired, rec.warnings, pod)
         if desired.get("JobStatus") == COMPLETED and not self.saver.saved(pod or gone, now):
             # Completion is reported only once the pod's log is safe on disk (output.py): the
             # finalize hook that follows must not depend on the pod or the API server.
             finished = pod or gone
             desired = {"K8sPodPhase": finished.phase if finished else "", "K8sPodReason": SAVING_OUTPUT}
-        if decision.create and now >= rec.next_try:
+        if decision.create and now >= rec.creation.next_try:
             self.queue_create(rec, text, uid)
         if decision.delete and pod is not None:
-            self.deleter.delete_async(pod, why="hold", job=rec.routed_job)
-        elif pod is not None and rec.create.state == CREATE_DONE and not pod.finished and not pod.deleting:
+            self.deleter.delete_async(pod, why="hold", job=rec.reporting.routed_job)
+        elif pod is not None and rec.creation.info.state == CREATE_DONE and not pod.finished and not pod.deleting:
             self.credentials.check(rec, job, text, uid, pod, now)     # a renewed proxy/token → its Secret
         new_status = desired.get("JobStatus")
         if new_status is not None and new_status != job.job_status:
-            log.info("%s", fields(event="job-status", job=rec.routed_job, pod=name, status=new_status,
+            log.info("%s", fields(event="job-status", job=rec.reporting.routed_job, pod=name, status=new_status,
                                   was=job.attrs.get("jobstatus"),
                                   reason=desired.get("HoldReason") or desired.get("K8sPodReason")))
-        self.remember(rec, desired, job)
+        remember(rec, desired, job)
         return protocol.STATUS_OK, [adtext.changed_lines(desired, job.attrs).encode()]
 
     def _adopt(self, text: str, uid: int, job: RoutedJob, name: str, target: PodInfo,
@@ -196,38 +198,31 @@ class Updates:
             return self._update(text, uid, job, name, now, may_adopt=False)
         with self.jobs.lock:
             rec = self.jobs.get(name)
-            if rec is not None and rec.create.state == CREATE_NONE:
+            if rec is not None and rec.creation.info.state == CREATE_NONE:
                 del self.jobs[name]            # the never-created name leaves no trace to act on
         self.metrics["readopted"] += 1
         log.info("%s", fields(event="pod-adopted", job=job.job_id, pod=target.name, namespace=target.namespace,
                               source="released", alias=name, attempt=target.attempt))
         return self._update(text, uid, job, target.name, now, adopted=target)
 
-    @staticmethod
-    def remember(rec: JobRecord, desired: dict[str, object], job: RoutedJob) -> None:
-        """Keep the job state the router will hold after this reply (for `list`)."""
-        status = desired.get("JobStatus")
-        rec.job_status = status if isinstance(status, int) else job.job_status
-        if rec.job_status == HELD:
-            rec.hold_reason = str(desired.get("HoldReason") or job.hold_reason or "")
-        else:
-            rec.hold_reason = ""
-        reason = desired.get("K8sPodReason")
-        rec.reason = str(reason) if reason is not None else (job.pod_reason or "")
-
     def queue_create(self, rec: JobRecord, text: str, uid: int | None = None) -> None:
         """Ask for the pod's create at its next turn on the work queue (effects.py), once: not while
         one is pending, never after the job's cleanup."""
         with self.jobs.lock:
-            if rec.create.state == CREATE_PENDING or rec.cleaned:
+            if rec.creation.info.state == CREATE_PENDING or rec.cleanup.asked_at:
                 return
-            rec.create.state = CREATE_PENDING
-            rec.ad_text = text
-            rec.caller_uid = uid     # kept with the text: the sandbox is read on this uid's behalf
+            rec.creation.info.state = CREATE_PENDING
+            rec.creation.ad_text = text
+            rec.creation.caller_uid = uid     # kept with the text: the sandbox is read on this uid's behalf
         self.effects.create(rec.pod_name)
 
 
-def with_warnings(desired: dict[str, object], rec: JobRecord, pod: PodInfo) -> dict[str, object]:
+def remember(rec: JobRecord, desired: dict[str, object], job: RoutedJob) -> None:
+    """Keep the job state the router will hold after this reply (for `list`)."""
+    rec.reporting.remember(desired, job.job_status, job.hold_reason, job.pod_reason or "")
+
+
+def with_warnings(desired: dict[str, object], notes: WarningNotes, pod: PodInfo) -> dict[str, object]:
     """`desired` with the API server's warnings about this pod after its `K8sPodReason` (docs/agent.md
     "API server warnings"): while the job is idle or running on this very pod, never on a hold, a
     completion, a pod being deleted or a move to the next attempt (which gets its own pod's)."""
@@ -235,9 +230,9 @@ def with_warnings(desired: dict[str, object], rec: JobRecord, pod: PodInfo) -> d
             or desired.get("K8sPodPhase") != pod.phase or desired.get("JobStatus") not in (IDLE, RUNNING)):
         return desired
     if pod.phase == "Pending":
-        note = apiwarnings.join(rec.note_pending, rec.note_always)
+        note = apiwarnings.join(notes.pending, notes.always)
     elif pod.phase == "Running":
-        note = rec.note_always
+        note = notes.always
     else:
         return desired
     if not note:

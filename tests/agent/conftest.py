@@ -1,4 +1,5 @@
-"""Fixtures for the agent tests: the API emulator, a spool with a pilot's files, routed ads."""
+"""Fixtures for the agent tests: the API emulator (or the in-memory fakes, fakes.py), a spool with a
+pilot's files, routed ads."""
 
 from __future__ import annotations
 
@@ -122,6 +123,15 @@ def agent(server, settings):
     a = new_agent(server, settings)
     yield a
     a.stop()
+
+
+@pytest.fixture
+def memory_agent(settings):
+    """The agent on in-memory collaborators (fakes.py): no API server, nothing started; its
+    `api` is the cluster, `run_effects(agent)` makes its queued writes, `clock` is its time."""
+    from .fakes import fake_agent
+
+    return fake_agent(settings)
 
 
 #: The suite's poll-until (tests/polling.py), under the name this directory's ~140 waits use; its

@@ -261,4 +261,4 @@ def test_an_answer_without_warnings_changes_nothing(agent, server, settings, cap
     wait(lambda: agent.cache.get(NAME))
     update(agent, ad)
     assert api_warning_lines(caplog) == [] and ad["K8sPodReason"] == "waiting for the scheduler"
-    assert agent.jobs[NAME].api_warnings == ()
+    assert agent.jobs[NAME].warnings.texts == ()

@@ -76,7 +76,7 @@ def running_pilot(agent, server, settings):
 def settled(agent) -> None:
     """The refresher has nothing queued or in flight."""
     wait(lambda: agent.effects.refreshes_waiting() == 0
-         and not any(r.cred is not None and r.cred.busy for r in agent.jobs.values()))
+         and not any(r.credentials is not None and r.credentials.busy for r in agent.jobs.values()))
 
 
 def test_renewed_proxy_is_in_the_secret_after_one_update(agent, server, settings, caplog):
@@ -156,13 +156,13 @@ def test_failed_patch_is_retried_and_the_pod_is_kept_even_when_the_proxy_expired
     rec = agent.jobs[NAME]
     statuses = []
     for _ in range(10):
-        rec.cred.next_try = 0.0                                # skip the back-off: the next update retries
+        rec.credentials.next_try = 0.0                                # skip the back-off: the next update retries
         statuses.append(update(agent, ad).get("JobStatus"))
         settled(agent)
         if secret_file(server) == b"RENEWED AFTER FAILURES":
             break
     assert secret_file(server) == b"RENEWED AFTER FAILURES"
-    assert server.calls[("patch", "secrets")] == 3 and rec.cred.failures == 0
+    assert server.calls[("patch", "secrets")] == 3 and rec.credentials.failures == 0
     assert 'ce_k8s_credential_refresh_failures_total{why="api"} 2.0' in agent.prom.render().decode()
     assert statuses == [None] * len(statuses)                  # never held, never idle again
     assert server.calls[("delete", "pods")] == 0 and stored(server, NAME, "pods") is not None
@@ -176,7 +176,7 @@ def test_failure_waits_for_its_back_off(agent, server, settings):
     renew(proxy_path(settings), b"RENEWED")
     update(agent, ad)
     settled(agent)
-    assert agent.jobs[NAME].cred.failures == 1 and agent.jobs[NAME].cred.next_try > 0
+    assert agent.jobs[NAME].credentials.failures == 1 and agent.jobs[NAME].credentials.next_try > 0
     for _ in range(3):
         update(agent, ad)           # within the back-off: no new attempt
     settled(agent)

@@ -41,14 +41,14 @@ def created(agent, server, settings):
     assert status == protocol.STATUS_OK, parts
     wait(lambda: stored(server, secret_name(NAME), "secrets"))
     wait(lambda: agent.cache.get(NAME))
-    wait(lambda: agent.jobs[NAME].create.state == CREATE_DONE)
+    wait(lambda: agent.jobs[NAME].creation.info.state == CREATE_DONE)
     return ad
 
 
 def test_cleanup_that_overtakes_the_creators_last_steps_deletes_the_pod_once(server, settings):
     """The race behind the flaky `test_cleanup_deletes_only_the_pod_and_leaves_shared_secrets`:
     the Secret is stored and the watch shows the pod, but the creator thread has not yet reached
-    its `rec.cleaned` check when the cleanup deletes the pod. The creator must not delete it again
+    its `rec.cleanup.asked_at` check when the cleanup deletes the pod. The creator must not delete it again
     (nor the Secret by name), and its create reply must not bring the deleted pod back into the
     cache, where the GC would delete it on every pass."""
     agent = new_agent(server, settings, gc_interval=3600)
@@ -91,7 +91,7 @@ def test_cleanup_that_overtakes_the_creators_last_steps_deletes_the_pod_once(ser
 
 
 def test_gc_run_while_the_cleanups_delete_is_in_flight_leaves_the_pod_to_it(server, settings):
-    """The GC retries the delete of a cleaned-up pod (`rec.cleaned`); while the cleanup's own call
+    """The GC retries the delete of a cleaned-up pod (`rec.cleanup.asked_at`); while the cleanup's own call
     is on its way it must leave the pod alone."""
     agent = new_agent(server, settings, gc_interval=3600)
     try:

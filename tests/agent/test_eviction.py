@@ -5,6 +5,10 @@ The `ce-k8s demo` evicts through the policy/v1 Eviction API, which sets the `Dis
 condition and then deletes the pod. The agent may see that condition first in a MODIFIED event, in
 the DELETED event's object, in the LIST after a restart or a 410, or once and then never again
 (a later status write from a stale copy): every one of these is an eviction.
+
+All but the last test feed the agent's cache the watch lines themselves: the agent here runs on
+in-memory collaborators (fakes.py), no API server; the last one goes through the emulator's
+Eviction API end to end.
 """
 
 from __future__ import annotations
@@ -12,14 +16,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ce_k8s import protocol
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import pod_name
 
 from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+from .fakes import fake_agent
 
 NAME = pod_name(GJID, 0)
 UID = "uid-attempt-0"
+
+
+@pytest.fixture
+def agent(settings):
+    """The agent with a memory cache and no server (fakes.py): these tests are its watch."""
+    return fake_agent(settings)
 
 
 def pod_obj(name=NAME, uid=UID, phase="Running", disruption=False, deleting=False, rv="10"):
@@ -91,7 +104,7 @@ def test_relist_after_restart_is_the_first_sight(agent, settings):
             return R()
 
     # The agent's own cache (every part of the agent reads it) relists from the LIST above, as
-    # after a restart or a 410; its watch against the emulator is stopped first.
+    # after a restart or a 410; its watch (none here: a memory cache) is stopped first.
     cache = agent.cache
     cache.stop()
     cache.api = OneList()

@@ -26,7 +26,7 @@ def test_f1_event_of_an_earlier_pod_moves_to_the_next_attempt(agent, server, set
     server.call(server.api.record_event, involved, "Scheduled", "Successfully assigned default/x to n1")
     ad = routed_ad(Path(settings.spool), K8sPodReason="creating pod")
     update(agent, ad)
-    wait(lambda: agent.jobs[NAME].create.state == "done")
+    wait(lambda: agent.jobs[NAME].creation.info.state == "done")
     out = update(agent, ad)
     assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
     assert _pods(server) == [] and server.calls[("create", "pods")] == 0
@@ -49,7 +49,7 @@ def test_f2_young_pod_waiting_after_restart_gets_its_secret(server, settings, mo
     ad = routed_ad(Path(settings.spool))
     try:
         update(first, ad)
-        wait(lambda: first.jobs[NAME].create.state == "retry")
+        wait(lambda: first.jobs[NAME].creation.info.state == "retry")
     finally:
         first.stop()
     server.faults.clear()
@@ -60,7 +60,7 @@ def test_f2_young_pod_waiting_after_restart_gets_its_secret(server, settings, mo
     try:
         wait(lambda: second.cache.get(NAME) and second.cache.get(NAME).waiting_reason == "ContainerCreating")
         update(second, ad)
-        assert second.jobs[NAME].create.state == "none"       # undecided, not "done"
+        assert second.jobs[NAME].creation.info.state == "none"       # undecided, not "done"
         assert stored(server, secret_name(NAME), "secrets") is None
         monkeypatch.setattr(update_mod, "ENSURE_SECRET_AFTER", 0)
         update(second, ad)
@@ -80,9 +80,9 @@ def test_f3_rerun_of_a_seen_and_vanished_pod_never_posts_it_again(agent, server,
     server.call(server.api.delete, "pods", "default", NAME, {})
     wait(lambda: agent.cache.get(NAME) is None)
     agent.cache.gone.pop(NAME, None)                # no tombstone: only the uid proves the pod existed
-    rec.failures, rec.create.state = 1, "retry"     # as after a lost answer
+    rec.creation.failures, rec.creation.info.state = 1, "retry"     # as after a lost answer
     agent.updates.queue_create(rec, text_of(ad).decode())
-    wait(lambda: rec.create.state == "done")
+    wait(lambda: rec.creation.info.state == "done")
     assert _pods(server) == [] and server.calls[("create", "pods")] == 2   # the POST, then one dry run
 
 
@@ -95,12 +95,12 @@ def test_f3_rerun_after_a_lost_answer_checks_events_before_posting(agent, server
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
     rec = agent.jobs[NAME]
-    wait(lambda: rec.create.state == "retry")
+    wait(lambda: rec.creation.info.state == "retry")
     involved = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": NAME, "namespace": "default", "uid": "u-lost"}}
     server.call(server.api.record_event, involved, "Killing", "Stopping container pilot")
-    rec.next_try = 0
+    rec.creation.next_try = 0
     update(agent, ad)
-    wait(lambda: rec.create.state == "done")
+    wait(lambda: rec.creation.info.state == "done")
     out = update(agent, ad)
     assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
     assert _pods(server) == []
@@ -123,7 +123,7 @@ def test_f1_pod_gone_before_any_event_after_restart_is_not_made_again(server, se
     second = new_agent(server, settings)
     try:
         update(second, ad)
-        wait(lambda: second.jobs[NAME].create.state == "done")
+        wait(lambda: second.jobs[NAME].creation.info.state == "done")
         out = update(second, ad)
         assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
         assert [p["metadata"]["name"] for p in _pods(server)] == []
@@ -142,15 +142,15 @@ def test_f3_lost_answer_then_pod_gone_unseen_is_not_posted_again(agent, server, 
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
     rec = agent.jobs[NAME]
-    wait(lambda: rec.create.state == "retry")
+    wait(lambda: rec.creation.info.state == "retry")
     assert stored(server) is not None                 # applied, although the answer was lost
     server.call(server.api.delete, "pods", "default", NAME, {"gracePeriodSeconds": 0})
     wait(lambda: agent.cache.get(NAME) is None)
     agent.cache.gone.pop(NAME, None)
-    rec.seen_uid = ""                                 # nothing in memory proves the pod existed
-    rec.next_try = 0
+    rec.creation.seen_uid = ""                                 # nothing in memory proves the pod existed
+    rec.creation.next_try = 0
     update(agent, ad)
-    wait(lambda: rec.create.state == "done")
+    wait(lambda: rec.creation.info.state == "done")
     out = update(agent, ad)
     assert out["K8sAttempt"] == 1 and out["K8sPodName"] == pod_name(GJID, 1)
     assert _pods(server) == [] and server.calls[("list", "events")] == 0
@@ -163,9 +163,9 @@ def test_a_refused_post_is_retried_as_a_post(agent, server, settings):
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
     rec = agent.jobs[NAME]
-    wait(lambda: rec.create.state == "retry")
+    wait(lambda: rec.creation.info.state == "retry")
     assert not agent.journal.posted(NAME)
-    rec.next_try = 0
+    rec.creation.next_try = 0
     update(agent, ad)
     wait(lambda: stored(server))
     assert [p["metadata"]["name"] for p in _pods(server)] == [NAME]

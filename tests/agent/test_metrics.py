@@ -54,8 +54,8 @@ def test_scrape_shows_pods_latency_hooks_errors_and_cache_age(served, server, se
     server.faults.inject("500", verb="create", resource="pods")
     ad = routed_ad(Path(settings.spool), RouteName="K8s_CPU")
     apply_output(ad, agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)[1][0])
-    wait(lambda: agent.jobs[NAME].create.state == "retry")
-    agent.jobs[NAME].next_try = 0
+    wait(lambda: agent.jobs[NAME].creation.info.state == "retry")
+    agent.jobs[NAME].creation.next_try = 0
     agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
     pod = wait(lambda: agent.cache.get(NAME))
     agent.handle(protocol.VERB_UPDATE, text_of(routed_ad(Path(settings.spool), owner="x")), 4242)   # denied

@@ -212,7 +212,7 @@ def test_a_cannot_pull_bs_proxy_into_its_own_pod(world):
 
     def settled():
         rec = world.agent.jobs.get(name_a)
-        return rec is not None and rec.create.state not in ("none", "pending") and rec.create.state
+        return rec is not None and rec.creation.info.state not in ("none", "pending") and rec.creation.info.state
 
     wait_for(settled)
     assert world.secrets_containing(MARK_B) == [secret_name(pod_name(GJID_B, 0))]
@@ -248,7 +248,7 @@ def test_hostile_ad_that_crashed_classad2_does_not_kill_the_agent(world):
     status, _ = world.raw(world.a, "update", text.encode())
     assert status == "ok"
     wait_for(lambda: (world.agent.jobs.get(pod_name(GJID_A, 0)) or None) and
-             world.agent.jobs[pod_name(GJID_A, 0)].create.state == "hold")
+             world.agent.jobs[pod_name(GJID_A, 0)].creation.info.state == "hold")
     res = world.hook("update", wire.sprint_ad(world.ad_b).encode(), world.b)
     assert res.returncode == 0, res.stderr
     assert_b_untouched(world)
@@ -264,6 +264,6 @@ def test_a_second_owner_line_the_scanner_skips_is_refused(world):
     status, _ = world.raw(world.a, "update", text.encode())
     assert status == "ok"
     name_a = pod_name(GJID_A, 0)
-    wait_for(lambda: world.agent.jobs.get(name_a) and world.agent.jobs[name_a].create.state == "hold")
+    wait_for(lambda: world.agent.jobs.get(name_a) and world.agent.jobs[name_a].creation.info.state == "hold")
     assert world.pod(name_a) is None
     assert_b_untouched(world)
