@@ -27,6 +27,7 @@ does not read is dropped after `READ_TIMEOUT` without progress (asyncio waited f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -113,11 +114,17 @@ class HookServer:
     def start(self) -> None:
         """Bind (0666), listen, and serve in a daemon thread; raises if the socket cannot be made."""
         prepare_socket_path(self.path)
+        # Bound and made 0666 under a private name, then renamed into place once it listens: a
+        # hook (or a test) that finds the path never meets a socket it may not open, or one that
+        # refuses its connection. The name is short: a socket path has 107 bytes at most.
+        staging = os.path.join(os.path.dirname(self.path) or ".", f".{os.getpid():x}")
+        prepare_socket_path(staging)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
-            os.chmod(self.path, 0o666)  # noqa: S103 - every pilot account connects; SO_PEERCRED authorises
+            listener.bind(staging)
+            os.chmod(staging, 0o666)  # noqa: S103 - every pilot account connects; SO_PEERCRED authorises
             listener.listen(1024)
+            os.rename(staging, self.path)
             listener.setblocking(False)
             self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._epoll = select.epoll()
@@ -125,6 +132,8 @@ class HookServer:
             self._epoll.register(self._wake_r, _EPOLLIN)
         except BaseException:
             listener.close()
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
             if self._epoll is not None:
                 self._epoll.close()
                 self._epoll = None

@@ -212,6 +212,40 @@ def test_stop_removes_the_socket_and_start_refuses_a_non_socket(tmp_path):
     pool.shutdown()
 
 
+def test_the_socket_appears_at_its_path_only_ready(tmp_path, monkeypatch):
+    """A hook that finds the path must be able to open it and be heard: the socket is made 0666
+    and listens under a private name, and only then is renamed to its path (a test saw it at 0755
+    once, between the bind and the chmod)."""
+    pool = ThreadPoolExecutor(1)
+    path = tmp_path / "a.sock"
+    seen = []
+    real_rename = os.rename
+
+    def rename(src, dst):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(src)             # refused unless it listens (the backlog takes it)
+            listening = True
+        except ConnectionRefusedError:
+            listening = False
+        finally:
+            probe.close()
+        seen.append((os.path.exists(dst), oct(os.stat(src).st_mode & 0o777), listening))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(agent_server.os, "rename", rename)
+    srv = agent_server.HookServer(str(path), lambda v, p, u: ("ok", [b"up"]), pool)
+    srv.start()
+    try:
+        assert seen == [(False, "0o666", True)]
+        assert oct(path.stat().st_mode & 0o777) == "0o666"
+        assert call(str(path), protocol.VERB_PING) == ("ok", [b"up"])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sock"]     # no staging name left
+    finally:
+        srv.stop()
+        pool.shutdown()
+
+
 def _old_quote(text: str) -> str:
     """adtext.quote before its printable fast path (the reference)."""
     clean = "".join(c if c.isprintable() else " " for c in text).replace("\\", "/")
