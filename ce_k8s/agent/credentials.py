@@ -189,7 +189,7 @@ class CredentialRefresher:
                 return
             cs.busy = True
         task = _Task(rec, text, uid, seen, pod.name, pod.namespace, since, rec.reporting.routed_job or "?")
-        self.effects.refresh(pod.name, lambda: self._run(task))
+        self.effects.refresh(pod.name, lambda: self._run(task), lambda: self._release(cs))
 
     def seed(self, rec, built, read_at: float) -> None:
         """After a create: the Secret holds the credential contents `built` carries, read after
@@ -201,6 +201,12 @@ class CredentialRefresher:
         if cs is None:
             cs = rec.credentials = CredentialState()
         cs.digests, cs.taken, cs.since = digests, None, read_at - LOCAL_SLACK_S
+
+    def _release(self, cs: CredentialState) -> None:
+        """The queued refresh will not run (the pod's delete took its turn, or the agent stopped):
+        the next changed file may be queued again."""
+        with self._lock:
+            cs.busy = False
 
     # -- worker --------------------------------------------------------------------------------
 

@@ -40,9 +40,10 @@ class Effects:
         self._create = create
         self._stop = stop
         self._deletes: dict[str, Callable[[], None]] = {}
-        self._refreshes: dict[str, Callable[[], None]] = {}
+        # A refresh is (run, dropped): `dropped` is called instead of `run` when the refresh will
+        # not run (a delete took the pod's turn, or the agent stopped), so its asker can ask again.
+        self._refreshes: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -60,6 +61,10 @@ class Effects:
         for t in self.threads:
             t.join(10)
         self.threads = []
+        with self._lock:
+            dropped, self._refreshes = list(self._refreshes.values()), {}
+        for _run, drop in dropped:
+            drop()
 
     # -- asking ------------------------------------------------------------------------------------
 
@@ -73,11 +78,15 @@ class Effects:
             self._deletes[name] = call
         self.queue.add(name)
 
-    def refresh(self, name: str, call: Callable[[], None]) -> None:
-        """Run `call` (copy pod `name`'s renewed credentials into its Secret) at the key's next turn;
-        a newer refresh of the same pod replaces one still waiting."""
+    def refresh(self, name: str, call: Callable[[], None], dropped: Callable[[], None]) -> None:
+        """Run `call` (copy pod `name`'s renewed credentials into its Secret) at the key's next turn,
+        or `dropped` if it never will: a queued delete of the pod takes that turn (no write to a
+        pod being deleted), or the agent stops first. A newer refresh replaces one still waiting."""
         with self._lock:
-            self._refreshes[name] = call
+            old = self._refreshes.get(name)
+            self._refreshes[name] = (call, dropped)
+        if old is not None:
+            old[1]()
         self.queue.add(name)
 
     def refreshes_waiting(self) -> int:
@@ -89,11 +98,12 @@ class Effects:
         """Keys waiting for a turn (the `ce_k8s_creates_queued` gauge)."""
         return len(self.queue)
 
-    def settle(self, timeout: float) -> bool:
-        """Wait until no key waits and none is held (tests; a drain before a count)."""
-        with self._idle:
-            return self._idle.wait_for(lambda: not self._deletes and not self._refreshes and len(self.queue) == 0
-                                       and self.queue.processing() == 0, timeout)
+    def idle(self) -> bool:
+        """No key waits and none is held: every effect asked for has run (a test's drain before a
+        count polls this; the workers signal nobody, so the hot path pays nothing for it)."""
+        with self._lock:
+            pending = bool(self._deletes or self._refreshes)
+        return not pending and len(self.queue) == 0 and self.queue.processing() == 0
 
     # -- working -----------------------------------------------------------------------------------
 
@@ -108,15 +118,15 @@ class Effects:
                 log.exception("%s", fields(event="effect-crashed", pod=name, error=type(exc).__name__))
             finally:
                 self.queue.done(name)
-                with self._idle:
-                    self._idle.notify_all()
 
     def _turn(self, name: str) -> None:
         with self._lock:
             delete = self._deletes.pop(name, None)
             refresh = self._refreshes.pop(name, None)
         if delete is not None:
+            if refresh is not None:
+                refresh[1]()
             delete()
         elif refresh is not None:
-            refresh()
+            refresh[0]()
         self._create(name)

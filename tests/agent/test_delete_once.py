@@ -80,7 +80,7 @@ def test_cleanup_that_overtakes_the_creators_last_steps_deletes_the_pod_once(ser
         wait(lambda: agent.cache.get(NAME) is None)     # the watch saw the pod deleted
         go.set()
         assert ran.wait(30)
-        assert agent.effects.settle(30)                 # every delete the creator queued has run
+        wait(agent.effects.idle)                        # every delete the creator queued has run
         assert deletes(server) == (before[0] + 1, before[1])
         assert agent.cache.get(NAME) is None            # no ghost of the deleted pod
         assert agent.garbage.collect() == []
