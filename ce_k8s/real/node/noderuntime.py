@@ -55,6 +55,7 @@ IMAGE_REGISTRY = "ce-k8s.invalid"
 BUSYBOX_IMAGE = f"{IMAGE_REGISTRY}/busybox:1.35"
 PAUSE_IMAGE = f"{IMAGE_REGISTRY}/pause:3.10.2"
 PILOT_UID = 1000
+DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STAMP = ".ce-k8s-node-built"
 APT_OPTIONS = ("-o", "Acquire::Check-Valid-Until=false", "-o", "Debug::NoLocking=1",
                "-o", "Dir::State::status=/dev/null", "-o", "APT::Sandbox::User=root")
@@ -159,50 +160,103 @@ def _file(layer: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> 
     layer.addfile(info, io.BytesIO(data))
 
 
-def _dir(layer: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
-    info = tarfile.TarInfo(name)
-    info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, 0
-    layer.addfile(info)
+#: One layer entry: its header and where its bytes come from (a regular file's content or a path
+#: to stream it from; None for directories and links).
+LayerEntry = tuple[tarfile.TarInfo, "bytes | Path | None"]
+
+
+class _Digesting(io.RawIOBase):
+    """A write-only stream that hashes what passes through and counts it (the layer's diff_id)."""
+
+    def __init__(self, out) -> None:
+        self.out, self.sha, self.size = out, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        self.out.write(data)
+        return len(data)
+
+
+def write_oci_image(path: Path, name: str, entries: list[LayerEntry], image_config: dict[str, object],
+                    compresslevel: int = 9) -> str:
+    """One-layer OCI image layout as a tar, named for `ctr images import`; returns its digest.
+
+    `entries` are written in the order given (the caller sorts them, so the same input gives the
+    same image), each with mtime 0 and root's numeric owner unless its TarInfo says otherwise.
+    The layer is streamed through gzip into a file beside `path` (a real root's layer is hundreds
+    of MB), hashed on the way: the uncompressed digest is the config's diff_id."""
+    tmp = path.with_suffix(".tmp")
+    layer_file = path.with_suffix(".layer.tmp")
+    try:
+        with open(layer_file, "wb") as raw_out:
+            compressed_sha = _Digesting(raw_out)
+            with gzip.GzipFile(filename="", mode="wb", fileobj=compressed_sha, compresslevel=compresslevel,
+                               mtime=0) as gz:
+                plain = _Digesting(gz)
+                with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as layer:
+                    for info, source in entries:
+                        info.mtime = 0
+                        info.uname = info.gname = ""
+                        if isinstance(source, Path):
+                            with open(source, "rb") as fh:
+                                layer.addfile(info, fh)
+                        elif source is not None:
+                            info.size = len(source)
+                            layer.addfile(info, io.BytesIO(source))
+                        else:
+                            layer.addfile(info)
+        config = {"architecture": "amd64", "os": "linux", "config": image_config,
+                  "rootfs": {"type": "layers", "diff_ids": [f"sha256:{plain.sha.hexdigest()}"]}}
+        layer_digest = compressed_sha.sha.hexdigest()
+        with tarfile.open(tmp, mode="w") as out:
+            info = tarfile.TarInfo(f"blobs/sha256/{layer_digest}")
+            info.size, info.mtime = compressed_sha.size, 0
+            with open(layer_file, "rb") as fh:
+                out.addfile(info, fh)
+            layer_desc = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                          "digest": f"sha256:{layer_digest}", "size": compressed_sha.size}
+            config_desc = _blob(out, json.dumps(config, sort_keys=True).encode(),
+                                "application/vnd.oci.image.config.v1+json")
+            manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "config": config_desc, "layers": [layer_desc]}
+            manifest_desc = _blob(out, json.dumps(manifest, sort_keys=True).encode(),
+                                  "application/vnd.oci.image.manifest.v1+json")
+            tag = name.rsplit(":", 1)[1]
+            manifest_desc["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag}
+            index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                     "manifests": [manifest_desc]}
+            _file(out, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+            _file(out, "index.json", json.dumps(index, sort_keys=True).encode())
+        tmp.replace(path)
+    finally:
+        layer_file.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    return str(manifest_desc["digest"])
 
 
 def write_oci_archive(path: Path, name: str, files: dict[str, tuple[bytes, int]],
                       links: dict[str, str], dirs: dict[str, int], cmd: list[str]) -> str:
-    """One-layer OCI image layout as a tar, named for `ctr images import`; returns its digest.
-
-    `files` maps a path to (content, mode), `links` a path to its symlink target, `dirs` a
-    directory to its mode. Times are 0 and entries sorted, so the same input gives the same image."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as layer:
-        for d, mode in sorted(dirs.items()):
-            _dir(layer, d, mode)
-        for f, (data, mode) in sorted(files.items()):
-            _file(layer, f, data, mode)
-        for link, target in sorted(links.items()):
-            info = tarfile.TarInfo(link)
-            info.type, info.linkname, info.mtime, info.mode = tarfile.SYMTYPE, target, 0, 0o777
-            layer.addfile(info)
-    uncompressed = raw.getvalue()
-    compressed = gzip.compress(uncompressed, mtime=0)
-    config = {"architecture": "amd64", "os": "linux",
-              "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], "Cmd": cmd},
-              "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(uncompressed).hexdigest()}"]}}
-    tmp = path.with_suffix(".tmp")
-    with tarfile.open(tmp, mode="w") as out:
-        layer_desc = _blob(out, compressed, "application/vnd.oci.image.layer.v1.tar+gzip")
-        config_desc = _blob(out, json.dumps(config, sort_keys=True).encode(),
-                            "application/vnd.oci.image.config.v1+json")
-        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "config": config_desc, "layers": [layer_desc]}
-        manifest_desc = _blob(out, json.dumps(manifest, sort_keys=True).encode(),
-                              "application/vnd.oci.image.manifest.v1+json")
-        tag = name.rsplit(":", 1)[1]
-        manifest_desc["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag}
-        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                 "manifests": [manifest_desc]}
-        _file(out, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-        _file(out, "index.json", json.dumps(index, sort_keys=True).encode())
-    tmp.replace(path)
-    return str(manifest_desc["digest"])
+    """A small image from memory (`write_oci_image`): `files` maps a path to (content, mode),
+    `links` a path to its symlink target, `dirs` a directory to its mode; directories first,
+    then files, then links, each sorted."""
+    entries: list[LayerEntry] = []
+    for d, mode in sorted(dirs.items()):
+        info = tarfile.TarInfo(d)
+        info.type, info.mode = tarfile.DIRTYPE, mode
+        entries.append((info, None))
+    for f, (data, mode) in sorted(files.items()):
+        info = tarfile.TarInfo(f)
+        info.mode = mode
+        entries.append((info, data))
+    for link, target in sorted(links.items()):
+        info = tarfile.TarInfo(link)
+        info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+        entries.append((info, None))
+    return write_oci_image(path, name, entries, {"Env": [DEFAULT_PATH], "Cmd": cmd})
 
 
 def _passwd_files() -> dict[str, tuple[bytes, int]]:
