@@ -1,12 +1,16 @@
 """`ce-k8s htcjob-operator`: one watch on HTCJobs, a keyed work queue, one worker.
 
-The shape of client-go's sample-controller: the watch only says *which* resource changed (its
-key goes into the queue); the worker reads the resource fresh and runs one reconcile pass
-(ce_k8s.htcjob.reconcile), which says when it wants to run again (the schedd does not push, so
-an active HTCJob is looked at every `--poll` seconds). The queue is the one the agent's effects use
-(ce_k8s.workqueue): a key waits at most once, at its earliest due time, and a pass that failed
-comes back after that key's own back-off. Our own status writes come back as watch events; those that change neither
-generation, finalizers nor deletion are not queued (the pass already saw that state).
+The shape of client-go's sample-controller: the watch says *which* resource changed (its key goes
+into the queue) and keeps a copy of every resource (ce_k8s.htcjob.cache, the lister); the worker
+runs one reconcile pass (ce_k8s.htcjob.reconcile) on the copy, and the pass says when it wants to
+run again (the schedd does not push, so an active HTCJob is looked at every `--poll` seconds). A
+pass reads the API server only where the copy cannot do: a key the copy lacks, the pass after a
+failed or conflicting one, and before a submit (reconcile: a stale read acts on nothing). The
+queue is the one the agent's effects use (ce_k8s.workqueue): a key waits at most once, at its
+earliest due time, and a pass that failed comes back after that key's own back-off. Our own
+writes come back as watch events; those that change neither generation, finalizers nor deletion
+are not queued (the pass already saw that state), nor is our own finalizer patch (the pass that
+made it went on with the version it answered).
 
 Why not kopf: kopf brings its own API client and keeps handler progress in annotations; here the
 state is the resource and the schedd only, each pass is idempotent and decides from both, and
@@ -29,10 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ce_k8s.htcjob.cache import ObjectCache, key_of
 from ce_k8s.htcjob.reconcile import (
+    FINALIZER,
     GROUP,
     PLURAL,
     VERSION,
+    Conflict,
     Context,
     TargetError,
     is_settled,
@@ -66,15 +73,30 @@ class Kube:
                 return None
             raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
-                                                          {"status": status})
+    @staticmethod
+    def _conditional(call) -> dict[str, Any]:
+        # resourceVersion in a merge patch makes it conditional (the status subresource's too): a
+        # 409 means the resource moved on since that version was read.
+        from kubernetes.client.exceptions import ApiException
 
-    def set_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> None:
-        # resourceVersion in a merge patch makes it conditional: a 409 means someone else wrote first.
-        self.custom.patch_namespaced_custom_object(
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(f"resourceVersion conflict: {exc.reason}") from exc
+            raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any],
+                     resource_version: str) -> dict[str, Any]:
+        return self._conditional(lambda: self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name,
-            {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}})
+            {"metadata": {"resourceVersion": resource_version}, "status": status}))
+
+    def set_finalizers(self, namespace: str, name: str, finalizers: list[str],
+                       resource_version: str) -> dict[str, Any]:
+        return self._conditional(lambda: self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name,
+            {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}))
 
     def read_data(self, kind: str, namespace: str, name: str) -> dict[str, bytes]:
         from kubernetes.client.exceptions import ApiException
@@ -136,14 +158,18 @@ class Operator:
         self.queue: WorkQueue[str] = WorkQueue(base=RETRY_BASE_S, cap=300.0)
         self.stop = threading.Event()
         self._seen: dict[str, tuple] = {}
+        self.cache = ObjectCache()
+        self._reread: set[str] = set()    # keys whose next pass reads the API server (worker thread only)
         self._schedds: dict[tuple, Schedd] = {}
         # (collector, schedd name, token) → Schedd; tests hand in a fake beside the real one.
         self.schedd_factory = schedd_factory or (
             lambda collector, name, token: HTCondorSchedd(collector, name, token, work_root / ".tokens"))
         self.passes = 0
+        self.reads = 0                    # GETs of an HTCJob by work_once (the bench reports them)
         work_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.ctx = Context(kube=self.kube, schedd_for=self.schedd_for, work_root=work_root,
-                           claims_root=claims_root, clock=time.time, poll=poll, upload_grace=upload_grace)
+                           claims_root=claims_root, clock=time.time, poll=poll, upload_grace=upload_grace,
+                           remember=self._remember)
 
     # ------------------------------------------------------------------ schedds
     def schedd_for(self, target: Target, namespace: str) -> Schedd:
@@ -167,14 +193,31 @@ class Operator:
             return self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, **kw)
         return self.kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
 
+    @staticmethod
+    def _fingerprint(meta: dict[str, Any]) -> tuple:
+        return (meta.get("uid"), meta.get("generation"), tuple(meta.get("finalizers") or ()),
+                bool(meta.get("deletionTimestamp")))
+
+    def _remember(self, obj: dict[str, Any]) -> None:
+        """A version a pass wrote (or read): into the copy. If it differs from the last one queued for
+        by our finalizer alone, its watch event is no news: the pass that patched it went on."""
+        key = key_of(obj)
+        if not self.cache.put(obj, known_only=True):
+            return
+        seen, new = self._seen.get(key), self._fingerprint(obj["metadata"])
+        if seen is not None and (seen[0], seen[1], seen[3]) == (new[0], new[1], new[3]) \
+                and set(seen[2]) ^ set(new[2]) <= {FINALIZER}:
+            self._seen[key] = new
+
     def _note(self, obj: dict[str, Any], event: str) -> None:
         meta = obj["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = key_of(obj)
         if event == "DELETED":
             self._seen.pop(key, None)
+            self.cache.drop(key)
             return
-        fingerprint = (meta.get("uid"), meta.get("generation"), tuple(meta.get("finalizers") or ()),
-                       bool(meta.get("deletionTimestamp")))
+        self.cache.put(obj)
+        fingerprint = self._fingerprint(meta)
         if self._seen.get(key) != fingerprint:
             self._seen[key] = fingerprint
             if not is_settled(obj):           # a resource being deleted is never settled
@@ -192,6 +235,8 @@ class Operator:
                     listed = self._list_call()
                     for obj in listed.get("items", []):
                         self._note(obj, "ADDED")
+                    for key in self.cache.keep_only({key_of(o) for o in listed.get("items", [])}):
+                        self._seen.pop(key, None)        # deleted while the watch was down
                     version = listed["metadata"]["resourceVersion"]
                     log.info("htcjob-operator: listed %d HTCJob(s)", len(listed.get("items", [])))
                 w = watch.Watch()
@@ -215,23 +260,41 @@ class Operator:
                 self.stop.wait(1)
 
     # ------------------------------------------------------------------ work
+    def _read(self, key: str) -> tuple[dict[str, Any] | None, bool]:
+        """The resource a pass starts from, and whether it was read from the API server just now:
+        the watch copy, unless the copy lacks it or the key's last pass failed or conflicted."""
+        obj = None if key in self._reread else self.cache.get(key)
+        if obj is not None:
+            return obj, False
+        namespace, name = key.split("/", 1)
+        self.reads += 1
+        obj = self.kube.get(namespace, name)
+        self._reread.discard(key)
+        if obj is None:
+            self.cache.drop(key)
+        else:
+            self.cache.put(obj)
+        return obj, True
+
     def work_once(self, key: str) -> None:
         """One pass over the HTCJob `key` (namespace/name), then its next turn in the queue: when the
-        pass asks for one, at once after a conflict, after the key's own back-off after a failure."""
+        pass asks for one, soon after a conflict, after the key's own back-off after a failure. The
+        pass after a conflict or a failure reads the resource from the API server."""
         from kubernetes.client.exceptions import ApiException
 
-        namespace, name = key.split("/", 1)
         self.passes += 1
         try:
-            obj = self.kube.get(namespace, name)
-            delay = None if obj is None else reconcile(obj, self.ctx)
-        except ApiException as exc:
-            if exc.status == 409:                 # a conflict: read again at once
+            obj, fresh = self._read(key)
+            delay = None if obj is None else reconcile(obj, self.ctx, fresh=fresh)
+        except (Conflict, ApiException) as exc:
+            self._reread.add(key)
+            if isinstance(exc, Conflict) or exc.status == 409:    # a conflict: read again soon
                 self.queue.add(key, 0.5)
                 return
             log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, self.queue.retry(key))
             return
         except Exception:
+            self._reread.add(key)
             log.exception("htcjob %s: pass failed; again in %.0f s", key, self.queue.retry(key))
             return
         self.queue.forget(key)

@@ -1,13 +1,21 @@
 """One HTCJob: read the resource and the schedd, decide, then act. Level-triggered and idempotent.
 
-Every pass starts from what Kubernetes and the schedd say now, never from memory, so a pass cut
-anywhere (operator killed, API server or schedd gone) is finished by the next one:
+Every pass starts from what Kubernetes and the schedd say, never from memory of its own, so a
+pass cut anywhere (operator killed, API server or schedd gone) is finished by the next one:
 
 * **Submit once.** The jobs carry the resource's uid (`HTCJobUid`). Before submitting, the pass
   asks the schedd's queue *and* history for that uid; jobs found are adopted, whatever the
   status says. A submit whose input upload was cut (the cluster still held by the schedd for its
   input, code 16, never started) is marked `HTCJobAbandoned`, removed, and submitted again: its
   jobs never ran, so nothing runs twice.
+* **A stale read acts on nothing.** The resource a pass starts from is the operator's watch copy
+  (ce_k8s.htcjob.cache), which may be behind the API server. Every write of the pass is
+  conditional on the resourceVersion it read (a `Conflict` when the resource moved on), and a
+  submit goes ahead only on a resource known current: read by a GET, or answered by a
+  conditional write of this very pass (the finalizer's). A status write that conflicts only
+  because the resource's metadata or spec moved (a label, a new generation) is written again on
+  the new version when the status it was computed from is still the status: the operator is
+  the status's only writer, so the pass's decisions still hold.
 * **Finalizer first.** The finalizer is on the resource before anything is submitted, so a
   deleted resource always gets its jobs removed.
 * **The schedd is the truth.** Counts, per-proc states, exit codes and hold reasons are read from
@@ -45,11 +53,22 @@ class TargetError(RuntimeError):
     """The spec's target cannot be used yet (its token Secret is missing, say): a condition, retried."""
 
 
-class KubeSide(Protocol):
-    """What a pass needs of Kubernetes (ce_k8s.htcjob.operator.Kube is the real one)."""
+class Conflict(RuntimeError):
+    """The pass read a version of the resource that is no longer the current one (a conditional
+    write was refused with 409, or a read before a submit found a newer version): the pass's
+    decisions are void, and the next one reads the resource from the API server."""
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
-    def set_finalizers(self, namespace: str, name: str, finalizers: list[str], resource_version: str) -> None: ...
+
+class KubeSide(Protocol):
+    """What a pass needs of Kubernetes (ce_k8s.htcjob.operator.Kube is the real one). The two
+    resource writes are conditional on `resource_version`, raise `Conflict` when it is not the
+    current one, and return the resource as written."""
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any],
+                     resource_version: str) -> dict[str, Any]: ...
+    def set_finalizers(self, namespace: str, name: str, finalizers: list[str],
+                       resource_version: str) -> dict[str, Any]: ...
     def read_data(self, kind: str, namespace: str, name: str) -> dict[str, bytes]: ...
     def put_output(self, namespace: str, name: str, owner: dict[str, Any], data: dict[str, str],
                    binary: dict[str, str]) -> None: ...
@@ -64,6 +83,8 @@ class Context:
     clock: Callable[[], float]
     poll: float = 10.0
     upload_grace: float = 60.0       # how old a cluster held for its input must be to be abandoned
+    # Every version a write of a pass answers with (the operator keeps it in its watch copy).
+    remember: Callable[[dict[str, Any]], None] = lambda obj: None
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -78,11 +99,13 @@ def is_settled(obj: dict[str, Any]) -> bool:
 
 
 class Pass:
-    """One reconcile pass of one resource."""
+    """One reconcile pass of one resource. `fresh`: `obj` was just read from the API server (not
+    from the watch copy), so a submit may be decided on it without reading it again."""
 
-    def __init__(self, obj: dict[str, Any], ctx: Context) -> None:
+    def __init__(self, obj: dict[str, Any], ctx: Context, *, fresh: bool = False) -> None:
         self.obj = obj
         self.ctx = ctx
+        self.fresh = fresh
         meta = obj["metadata"]
         self.ns, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         self.generation = meta.get("generation")
@@ -97,11 +120,43 @@ class Pass:
     def cond(self, type_: str, ok: bool | None, reason: str, message: str = "") -> None:
         set_condition(self.status["conditions"], type_, ok, reason, message, self.now, self.generation)
 
+    def _written(self, obj: dict[str, Any]) -> None:
+        """A conditional write of this pass succeeded: `obj` is the resource now, current."""
+        self.obj = obj
+        self.fresh = True
+        self.ctx.remember(obj)
+
+    def _version(self) -> str:
+        return self.obj["metadata"]["resourceVersion"]
+
     def save(self) -> None:
+        """Write the status, on the version read. On a conflict, write it again on the current version
+        if the status there is still the one this pass started from; otherwise the pass was stale."""
         self.status["observedGeneration"] = self.generation
-        if self.status != self.old_status:
-            self.ctx.kube.patch_status(self.ns, self.name, self.status)
-            self.old_status = copy.deepcopy(self.status)
+        if self.status == self.old_status:
+            return
+        try:
+            written = self.ctx.kube.patch_status(self.ns, self.name, self.status, self._version())
+        except Conflict:
+            current = self.ctx.kube.get(self.ns, self.name)
+            if current is None or current["metadata"].get("uid") != self.uid or \
+                    (current.get("status") or {}) != (self.obj.get("status") or {}):
+                raise
+            written = self.ctx.kube.patch_status(self.ns, self.name, self.status,
+                                                 current["metadata"]["resourceVersion"])
+        self._written(written)
+        self.old_status = copy.deepcopy(self.status)
+
+    def ensure_current(self) -> None:
+        """Before an act that must not be repeated on a stale view: make sure `obj` is current."""
+        if self.fresh:
+            return
+        current = self.ctx.kube.get(self.ns, self.name)
+        if current is None or current["metadata"].get("resourceVersion") != self._version():
+            if current is not None:
+                self.ctx.remember(current)
+            raise Conflict(f"htcjob {self.key}: the watch copy is behind the API server; not submitting from it")
+        self.fresh = True
 
     # ------------------------------------------------------------------ the pass
     def run(self) -> float | None:
@@ -122,8 +177,9 @@ class Pass:
             return None
         self.cond("SpecValid", True, "Valid")
         if FINALIZER not in finalizers:
-            self.ctx.kube.set_finalizers(self.ns, self.name, [*finalizers, FINALIZER], meta["resourceVersion"])
-            return 0.0                   # the next pass sees the new version
+            # Conditional: its answer is the current resource, on which this pass goes on.
+            self._written(self.ctx.kube.set_finalizers(self.ns, self.name, [*finalizers, FINALIZER],
+                                                       meta["resourceVersion"]))
         try:
             schedd = self.ctx.schedd_for(spec.target, self.ns)
             return self.track(spec, schedd)
@@ -202,6 +258,7 @@ class Pass:
             return False
         if self.now - max(float(ad.get("EnteredCurrentStatus") or 0) for ad in ads) < self.ctx.upload_grace:
             return False
+        self.ensure_current()            # the resubmit that follows must be decided on a current read
         cluster = int(ads[0]["ClusterId"])
         log.warning("htcjob %s: cluster %s never got its input (upload cut); removing it and submitting again",
                     self.key, cluster)
@@ -212,6 +269,9 @@ class Pass:
 
     # ------------------------------------------------------------------ acting
     def submit(self, spec: HTCJobSpec, schedd: Schedd) -> float:
+        # The status says whether this resource ever submitted (jobId): a stale copy could say no
+        # where the current one says yes (and the schedd has lost the jobs since). Read it first.
+        self.ensure_current()
         inputs = self._write_inputs(spec)
         desc = submitdesc.describe(spec, uid=self.uid, name=self.name, namespace=self.ns, work=self.work,
                                    input_files=inputs)
@@ -329,11 +389,12 @@ class Pass:
                 self.save()
                 return max(self.ctx.poll, 5.0)
         shutil.rmtree(self.work, ignore_errors=True)
-        self.ctx.kube.set_finalizers(self.ns, self.name, [f for f in finalizers if f != FINALIZER],
-                                     self.obj["metadata"]["resourceVersion"])
+        self._written(self.ctx.kube.set_finalizers(self.ns, self.name, [f for f in finalizers if f != FINALIZER],
+                                                   self._version()))
         log.info("htcjob %s: jobs gone; finalizer removed", self.key)
         return None
 
 
-def reconcile(obj: dict[str, Any], ctx: Context) -> float | None:
-    return Pass(obj, ctx).run()
+def reconcile(obj: dict[str, Any], ctx: Context, *, fresh: bool = False) -> float | None:
+    """One pass over `obj` (see `Pass`); seconds until the next one is due, or None."""
+    return Pass(obj, ctx, fresh=fresh).run()

@@ -38,7 +38,7 @@ def op(tmp_path, monkeypatch):
     clock = Clock()
     o.queue = WorkQueue(base=operator.RETRY_BASE_S, cap=300.0, clock=clock)
     o.clock = clock
-    monkeypatch.setattr(operator, "reconcile", lambda obj, ctx: 7.0)     # "look again in 7 s"
+    monkeypatch.setattr(operator, "reconcile", lambda obj, ctx, fresh=False: 7.0)     # "look again in 7 s"
     return o
 
 

@@ -346,11 +346,11 @@ def test_status_lost_after_submit_is_found_in_the_queue(operator_kubeconfig, use
         real_patch = op.kube.patch_status
         broke = threading.Event()
 
-        def patch_fails_after_submit(ns, name, status):
+        def patch_fails_after_submit(ns, name, status, resource_version):
             if schedd.submits and not broke.is_set():
                 broke.set()
                 raise RuntimeError("operator killed here")
-            real_patch(ns, name, status)
+            return real_patch(ns, name, status, resource_version)
         op.kube.patch_status = patch_fails_after_submit
         wait_for(broke.is_set, what="the cut")
         st = wait_for(lambda: (s := status_of(custom, user_ns, "lost-status")).get("jobId") and s, what="adopted")
