@@ -116,7 +116,7 @@ class Agent:
         """`api_client` makes the API collaborators; `core`, `calls` and `cache` replace them (tests
         give in-memory ones, tests/agent/fakes.py, and then `api_client` may be None), `pool` the
         I/O threads (log saves, socket requests), and `clock` is the `time.time()` of the verbs,
-        the GC, the journal and the delete book."""
+        the GC, the journal, the delete book and the credential refreshes' back-off."""
         overrides = {k: v for k, v in (("socket", socket_path), ("spool", spool)) if v}
         if overrides:
             settings = dataclasses.replace(settings, **overrides)
@@ -158,7 +158,7 @@ class Agent:
                                seed=lambda rec, built, read_at: self.credentials.seed(rec, built, read_at))
         # Refreshed proxies/tokens into running pods' Secrets.
         self.credentials = CredentialRefresher(settings, self.core, self.effects, self.stop_event, self.prom,
-                                               self.metrics, self.creator)
+                                               self.metrics, self.creator, clock=clock)
         self.accounting = JobAccounting(settings, api_client, self.core, self.cache, self.jobs,
                                         request_timeout=request_timeout,
                                         acquire=lambda: self.bucket.acquire(self.stop_event),

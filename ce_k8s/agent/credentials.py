@@ -52,6 +52,8 @@ from ce_k8s.pods.names import secret_name
 from ce_k8s.ratelimit import backoff
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kubernetes.client import CoreV1Api
 
     from ce_k8s.agent.creator import Creator
@@ -108,7 +110,7 @@ class CredentialState:
     since: float | None = None                # files unchanged since this time.time() are in the Secret
     busy: bool = False                        # queued or being refreshed
     failures: int = 0                         # consecutive failed refreshes
-    next_try: float = 0.0                     # earliest time.time() of the next refresh attempt
+    next_try: float = 0.0                     # earliest time (the agent's clock) of the next refresh attempt
     refreshes: int = 0                        # Secret patches that carried a new credential
 
 
@@ -151,8 +153,12 @@ class CredentialRefresher:
     (effects.py): never beside the same pod's create or delete (module docstring)."""
 
     def __init__(self, settings: Settings, core: CoreV1Api, effects: Effects, stop: threading.Event,
-                 prom: AgentMetrics, metrics: dict[str, int], writer: Creator) -> None:
+                 prom: AgentMetrics, metrics: dict[str, int], writer: Creator,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        # The `now` of `check` comes from the agent's clock, so the back-off's `next_try` must too
+        # (a test passes its own). The files' times are the kernel's: `since` stays time.time().
+        self.clock = clock
         self.core = core
         self.effects = effects
         self.stop = stop
@@ -271,7 +277,7 @@ class CredentialRefresher:
         cs: CredentialState = task.rec.credentials
         cs.failures += 1
         delay = backoff(cs.failures, base=RETRY_BASE_S, cap=RETRY_CAP_S)
-        cs.next_try = time.time() + delay
+        cs.next_try = self.clock() + delay
         self.prom.credential_failures.labels(why).inc()
         log.warning("%s", fields(event="credential-refresh-failed", job=task.job, pod=task.pod, why=why,
                                  error=message, attempt=cs.failures, retry_s=round(delay, 1)))

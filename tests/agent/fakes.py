@@ -6,7 +6,8 @@ HTTP. `Agent` takes its collaborators (`core`, `calls`, `cache`, `clock`), so a 
 
 * `FakeApi` — the CoreCalls and CoreV1Api methods the agent calls, answered from dicts and counted
   as the emulator counts them (`api.calls[("create", "pods")]`), every pod change told to the cache
-  as the watch would tell it (`ADDED`/`MODIFIED`/`DELETED` lines through `PodCache.apply_line`);
+  as the watch would tell it (`ADDED`/`MODIFIED`/`DELETED` lines through `PodCache.apply_line`), with
+  the Events (`record_event`) and pod logs (`logs`, `log_streams`) the emulator would answer;
 * `memory_cache` — the real `PodCache`, never started: listed (empty) at once, fed only by those
   lines, with its listeners and tombstones as in production;
 * `FakeClock` — the verbs' and the GC's `time.time()`, moved by the test (`clock.advance(s)`);
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 from kubernetes.client.exceptions import ApiException
+from urllib3 import HTTPHeaderDict
 
 from ce_k8s.agent.agent import Agent, label_selector
 from ce_k8s.agent.cache import PodCache
@@ -56,7 +58,7 @@ class FakeResponse:
 
     def __init__(self, obj: object, headers: dict[str, str] | None = None) -> None:
         self.data = json.dumps(obj).encode()
-        self.headers = headers or {}
+        self.headers = HTTPHeaderDict(headers or {})      # a test may add `Warning` fields
         self.status = 200
 
     def read(self, cache_content: bool = False) -> bytes:
@@ -75,7 +77,7 @@ def _iso(t: float) -> str:
 
 
 class FakeApi:
-    """The pod and Secret calls of `CoreCalls` and `CoreV1Api` on dicts; see the module docstring.
+    """The pod, Secret, log and Event calls of `CoreCalls` and `CoreV1Api` on dicts; see the module docstring.
 
     `fail[(verb, resource)]` is a list of exceptions the next such calls raise, one per call, before
     anything is stored (a refused or lost request). `watch(kind, pod)` is told of every pod change.
@@ -85,7 +87,12 @@ class FakeApi:
         self.clock = clock
         self.pods: dict[str, dict] = {}
         self.secrets: dict[str, dict] = {}
-        self.logs: dict[str, tuple[bytes, bytes]] = {}     # pod name -> (stdout, stderr) of its pilot
+        # pod name -> its pilot's log lines, in the order written: [("stdout" | "stderr", bytes), ...]
+        self.logs: dict[str, list[tuple[str, bytes]]] = {}
+        # What the server does with `stream=` on pods/log (as the emulator's `log_streams`): "split"
+        # (Kubernetes >= 1.32 with PodLogsQuerySplitStreams), "forbid" (the gate off: a 422).
+        self.log_streams = "split"
+        self.events: list[dict] = []                       # core/v1 Events, as the kubelet and scheduler write them
         self.calls: Counter[tuple[str, str]] = Counter()
         self.fail: dict[tuple[str, str], list[BaseException]] = {}
         self.watch: Callable[[str, dict], None] = lambda kind, pod: None
@@ -135,8 +142,14 @@ class FakeApi:
         return FakeResponse({"kind": "Status", "status": "Success"})
 
     def remove(self, name: str) -> None:
-        """Pod `name` deleted by someone else (an admin, the node, the Eviction API): no agent call."""
-        pod = self.pods.pop(name)
+        """Pod `name` deleted by someone else (an admin, the node, the Eviction API): no agent call.
+        The watch sees it as kube-apiserver shows a pod deleted with no grace left: MODIFIED with
+        its deletionTimestamp, then DELETED (tests/real/test_emulator_parity.py)."""
+        pod = self.pods[name]
+        pod["metadata"].update(deletionTimestamp=_iso(self.clock()), deletionGracePeriodSeconds=0,
+                               resourceVersion=self._version())
+        self.watch("MODIFIED", pod)
+        del self.pods[name]
         uid = pod["metadata"]["uid"]
         for key in [k for k, s in self.secrets.items()
                     if any(o.get("uid") == uid for o in s["metadata"].get("ownerReferences") or ())]:
@@ -162,19 +175,43 @@ class FakeApi:
         self.set_status(name, status)
         self.remove(name)
 
-    def list_namespaced_event(self, namespace: str, **_) -> FakeResponse:
+    def record_event(self, name: str, reason: str, message: str, uid: str = "") -> None:
+        """What the scheduler or kubelet does: an Event about pod `name` (which need not exist any
+        more: Events outlive their pod by an hour). No agent call."""
+        self.events.append({
+            "metadata": {"name": f"{name}.{len(self.events):016x}", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": "default", "name": name,
+                               "uid": uid},
+            "reason": reason, "message": message, "type": "Normal"})
+
+    def list_namespaced_event(self, namespace: str, field_selector: str | None = None,
+                              limit: int | None = None, **_) -> FakeResponse:
+        """The Events of `namespace` matching `field_selector` (`a.b=v` terms joined by commas, as
+        the agent asks `involvedObject.kind=Pod,involvedObject.name=NAME`), at most `limit`."""
         self._call("list", "events")
-        return FakeResponse({"items": []})
+        terms = [term.split("=", 1) for term in (field_selector or "").split(",") if term]
+
+        def field(event: dict, path: str) -> object:
+            for key in path.split("."):
+                event = event.get(key) if isinstance(event, dict) else None
+            return event
+
+        items = [e for e in self.events if e["metadata"]["namespace"] == namespace
+                 and all(str(field(e, path)) == value for path, value in terms)]
+        return FakeResponse({"items": items[:limit] if limit else items})
 
     def read_namespaced_pod_log(self, name: str, namespace: str, stream: str | None = None,
                                 limit_bytes: int | None = None, **_) -> FakeResponse:
-        """The pilot's log, its streams apart as Kubernetes >= 1.32 gives them (`stream=`)."""
+        """The pilot's log: one stream with `stream=Stdout|Stderr` where the server splits them,
+        else both interleaved; `stream=` refused (422) before the pod is looked up where it does not."""
         self._call("get", "pods/log")
+        if stream is not None and self.log_streams == "forbid":
+            raise api_error(422, "PodLogOptions \"\" is invalid: stream: Forbidden: may not be specified")
         if name not in self.pods:
             raise api_error(404, f'pods "{name}" not found')
-        out, err = self.logs.get(name, (b"", b""))
+        wanted = {"Stdout": ("stdout",), "Stderr": ("stderr",)}.get(stream or "", ("stdout", "stderr"))
         resp = FakeResponse({})
-        resp.data = (err if stream == "Stderr" else out if stream == "Stdout" else out + err)[:limit_bytes]
+        resp.data = b"".join(text for which, text in self.logs.get(name, ()) if which in wanted)[:limit_bytes]
         return resp
 
     # -- secrets -----------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from ce_k8s.agent.apiwarnings import IGNORED, PLACEMENT, RUNS, ApiWarning, class
 from ce_k8s.agent.logfmt import parse as parse_line
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, routed_ad, wait
-from .test_agent import set_status, update
+from .conftest import GJID, routed_ad
+from .fakes import fake_agent, run_effects
+from .test_agent import update
 
 NAME = pod_name(GJID, 0)
 
@@ -174,7 +175,12 @@ def test_the_note_follows_the_reason_and_is_bounded():
     assert len(long) == len("waiting; ") + len(apiwarnings.NOTE_PREFIX) + apiwarnings.NOTE_MAX
 
 
-# -- through the agent, on the emulator (which sends no warnings: a wrapper adds them) ---------------
+# -- through the agent, on the in-memory fakes (fakes.py; a wrapper adds the warnings) ------------------
+
+@pytest.fixture
+def agent(settings):
+    return fake_agent(settings)
+
 
 def warned(agent, monkeypatch, *texts):
     """Make the agent's real pod POSTs (not dry runs) come back with these Warning fields."""
@@ -193,8 +199,8 @@ def api_warning_lines(caplog):
     return [parse_line(r.getMessage()) for r in caplog.records if "event=api-warning" in r.getMessage()]
 
 
-def running(server):
-    set_status(server, {"phase": "Running", "startTime": "2025-10-09T08:55:00Z", "containerStatuses": [
+def running(agent):
+    agent.api.set_status(NAME, {"phase": "Running", "startTime": "2025-10-09T08:55:00Z", "containerStatuses": [
         {"name": "pilot", "state": {"running": {"startedAt": "2025-10-09T08:55:00Z"}}}]})
 
 
@@ -203,13 +209,13 @@ UNKNOWN = 'unknown field "spec.containers[0].resource"'
 LABEL = 'spec.nodeSelector[node-role.kubernetes.io/master]: use "node-role.kubernetes.io/control-plane" instead'
 
 
-def test_each_warning_is_logged_once_with_the_job_counted_and_never_holds(agent, server, settings, caplog,
-                                                                         monkeypatch):
+def test_each_warning_is_logged_once_with_the_job_counted_and_never_holds(agent, settings, caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="ce_k8s")
     warned(agent, monkeypatch, PSA, UNKNOWN)
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
-    wait(lambda: agent.cache.get(NAME))
+    run_effects(agent)
+    assert agent.cache.get(NAME)
     for _ in range(3):
         update(agent, ad)
     lines = api_warning_lines(caplog)
@@ -223,42 +229,45 @@ def test_each_warning_is_logged_once_with_the_job_counted_and_never_holds(agent,
     assert ad["JobStatus"] == 1 and "HoldReason" not in ad
 
 
-def test_a_dropped_field_is_named_while_the_pod_waits_and_while_it_runs(agent, server, settings, monkeypatch):
+def test_a_dropped_field_is_named_while_the_pod_waits_and_while_it_runs(agent, settings, monkeypatch):
     """IGNORED: the pod runs without part of what the route asked for, so condor_ce_q says so for
     the pod's life; a PodSecurity `warn` (RUNS) is never in the job."""
     warned(agent, monkeypatch, PSA, UNKNOWN)
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
-    wait(lambda: agent.cache.get(NAME))
+    run_effects(agent)
+    assert agent.cache.get(NAME)
     update(agent, ad)
     assert ad["JobStatus"] == 1 and ad["K8sPodReason"].endswith(f"; Kubernetes API warning: {UNKNOWN}"), dict(ad)
-    running(server)
-    wait(lambda: agent.cache.get(NAME).phase == "Running")
+    running(agent)
+    assert agent.cache.get(NAME).phase == "Running"
     update(agent, ad)
     assert ad["JobStatus"] == 2 and ad["K8sPodReason"] == f"Kubernetes API warning: {UNKNOWN}"
     assert "PodSecurity" not in ad["K8sPodReason"]
 
 
-def test_a_deprecated_node_label_is_named_only_while_the_pod_waits(agent, server, settings, monkeypatch):
+def test_a_deprecated_node_label_is_named_only_while_the_pod_waits(agent, settings, monkeypatch):
     """PLACEMENT: the label may be on no node, which only matters while the pod is pending; once it
     runs, some node carried it and the reason is empty again, as for every running pilot."""
     warned(agent, monkeypatch, LABEL)
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
-    wait(lambda: agent.cache.get(NAME))
+    run_effects(agent)
+    assert agent.cache.get(NAME)
     update(agent, ad)
     assert ad["JobStatus"] == 1 and ad["K8sPodReason"] == f"waiting for the scheduler; Kubernetes API warning: {LABEL}"
-    running(server)
-    wait(lambda: agent.cache.get(NAME).phase == "Running")
+    running(agent)
+    assert agent.cache.get(NAME).phase == "Running"
     update(agent, ad)
     assert ad["JobStatus"] == 2 and ad["K8sPodReason"] == ""
 
 
-def test_an_answer_without_warnings_changes_nothing(agent, server, settings, caplog):
+def test_an_answer_without_warnings_changes_nothing(agent, settings, caplog):
     caplog.set_level(logging.INFO, logger="ce_k8s")
     ad = routed_ad(Path(settings.spool))
     update(agent, ad)
-    wait(lambda: agent.cache.get(NAME))
+    run_effects(agent)
+    assert agent.cache.get(NAME)
     update(agent, ad)
     assert api_warning_lines(caplog) == [] and ad["K8sPodReason"] == "waiting for the scheduler"
     assert agent.jobs[NAME].warnings.texts == ()

@@ -128,7 +128,7 @@ def test_update_reply_follows_the_pod_in_the_cache(agent, settings):
     out = update(agent, ad)
     assert out["JobStatus"] == 2 and out["GridJobStatus"] == "RUNNING" and out["JobCurrentStartDate"] == 1760000100
     assert agent.jobs[NAME].reporting.job_status == 2
-    agent.api.logs[NAME] = (b"pilot out\n", b"pilot err\n")
+    agent.api.logs[NAME] = [("stdout", b"pilot out\n"), ("stderr", b"pilot err\n")]
     agent.api.set_status(NAME, {"phase": "Failed", "containerStatuses": [{"name": "pilot", "state": {"terminated": {
         "exitCode": 3, "startedAt": STARTED, "finishedAt": "2025-10-09T09:05:00Z"}}}]})
     out = update(agent, ad)
@@ -264,27 +264,32 @@ def test_foreign_pod_of_same_name_is_never_touched(agent, settings):
 
 
 def test_a_young_pending_pod_found_after_a_restart_waits_for_its_secret(settings):
-    """F2 (docs/reliability.md): a pod this process did not create, still waiting in
-    ContainerCreating, is left undecided until it has waited ENSURE_SECRET_AFTER; then the create is
-    re-run, which adopts the pod and makes the Secret the dead agent never made."""
+    """F2 (docs/reliability.md; F1 and F3 in test_findings_fixes.py): a pod this process did not
+    create, still waiting in ContainerCreating, is left undecided until it has waited
+    ENSURE_SECRET_AFTER; then the create is re-run, which adopts the pod and makes the Secret the
+    dead agent never made."""
     first = fake_agent(settings)
     ad = routed_ad(Path(settings.spool))
     update(first, ad)
     first.api.fail[("create", "secrets")] = [api_error(500, "etcd unavailable")]
     run_effects(first)                                   # the pod is made, its Secret is not
+    assert first.jobs[NAME].creation.info.state == CREATE_RETRY
     pod = first.api.pods[NAME]
     second = fake_agent(settings, clock=first.clock)     # a restart: new memory, same cluster
     second.api.pods[NAME] = pod
     second.api.set_status(NAME, {"phase": "Pending", "containerStatuses": [
         {"name": "pilot", "state": {"waiting": {"reason": "ContainerCreating"}}}]})
+    assert second.cache.get(NAME).waiting_reason == "ContainerCreating"
     update(second, ad)
     assert second.jobs[NAME].creation.info.state == "none" and second.effects.waiting() == 0
+    assert secret_name(NAME) not in second.api.secrets   # undecided, not "done": no Secret yet
     second.clock.advance(25)
     update(second, ad)
     assert run_effects(second) == 1
     assert second.jobs[NAME].creation.info.state == CREATE_DONE
     assert secret_name(NAME) in second.api.secrets and second.metrics["adopted"] == 1
     assert second.api.calls[("create", "pods")] == 1             # the dry run only: adopted, not POSTed
+    assert list(second.api.pods) == [NAME]
 
 
 # -- the cleanup verb (released pods: test_release.py) ----------------------------------------------

@@ -1,5 +1,6 @@
 """Structured logs (issue 8 item 4, docs/agent.md "Logs"): every agent
-line is `event=... key=value ...`, and every line about a job or pod names the job."""
+line is `event=... key=value ...`, and every line about a job or pod names the job. The agent runs on
+the in-memory fakes (fakes.py): the lines are the same with no API server behind it."""
 
 from __future__ import annotations
 
@@ -10,28 +11,30 @@ from ce_k8s import protocol
 from ce_k8s.agent.logfmt import fields, parse
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, routed_ad, text_of, wait
+from .conftest import GJID, apply_output, routed_ad, text_of
+from .fakes import run_effects
 
 NAME = pod_name(GJID, 0)
 
 
-def test_every_agent_line_is_key_value_with_the_job(agent, server, settings, caplog):
+def test_every_agent_line_is_key_value_with_the_job(memory_agent, settings, caplog):
+    agent = memory_agent
     caplog.set_level(logging.INFO, logger="ce_k8s")
     ad = routed_ad(Path(settings.spool))
     apply_output(ad, agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)[1][0])
-    wait(lambda: agent.cache.get(NAME))
-    server.store.logs[("default", NAME, "pilot")] = [("2025-10-09T09:00:00Z", "stdout", "ok\n")]
-
-    def done(pod):
-        pod["status"] = {"phase": "Succeeded", "containerStatuses": [{"name": "pilot", "state": {"terminated": {
-            "exitCode": 0, "startedAt": "2025-10-09T08:55:00Z", "finishedAt": "2025-10-09T09:05:00Z"}}}]}
-    server.call(server.api.write, "pods", "default", NAME, done)
-    wait(lambda: agent.output.has(NAME))
+    run_effects(agent)
+    assert agent.cache.get(NAME)
+    agent.api.logs[NAME] = [("stdout", b"ok\n")]
+    agent.api.set_status(NAME, {"phase": "Succeeded", "containerStatuses": [{"name": "pilot", "state": {
+        "terminated": {"exitCode": 0, "startedAt": "2025-10-09T08:55:00Z", "finishedAt": "2025-10-09T09:05:00Z"}}}]})
+    run_effects(agent)
+    assert agent.output.has(NAME)
     apply_output(ad, agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)[1][0])
     agent.handle(protocol.VERB_LOGS, text_of(ad), 0)
     agent.handle(protocol.VERB_UPDATE, text_of(routed_ad(Path(settings.spool), owner="x")), 4242)
     agent.handle(protocol.VERB_CLEANUP, text_of(ad), 0)
-    wait(lambda: agent.cache.get(NAME) is None)
+    run_effects(agent)
+    assert agent.cache.get(NAME) is None
 
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("ce_k8s.agent")]
     events = [parse(line) for line in lines]
