@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import classad2
 import pytest
@@ -20,6 +19,7 @@ from agent.test_agent import update
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ce_k8s.agent.jobs import JobRecord
 from ce_k8s.agent.podinfo import PodInfo
 from ce_k8s.agent.status import completes
 from ce_k8s.holds import HOLDS
@@ -109,7 +109,8 @@ def test_finding1_agent_adopts_its_pod_at_a_full_quota_and_makes_the_secret(agen
                                                       "spec": {"hard": {"pods": "1"}}})
     wait_for(lambda: (core.read_namespaced_resource_quota("full", namespace).status.used or {}).get("pods") == "1",
              what="quota used")
-    rerun = SimpleNamespace(failures=1, seen_uid="")      # an earlier try of this create failed
+    rerun = JobRecord(built.name, "alice")
+    rerun.creation.failures = 1                            # an earlier try of this create failed
     pod = agent.creator.create_pod(built, "4711.0", rerun)
     agent.creator.ensure_secret(built, pod)
     secret = core.read_namespaced_secret(secret_name(built.name), namespace)
