@@ -103,6 +103,27 @@ def build_manifests(
     return _Builder(ad, settings, files, attempt).build()
 
 
+def security_contexts(user: int, group: int) -> tuple[dict, dict]:
+    """(pod, container) securityContext of every pilot pod: the restricted PodSecurity profile,
+    the pilot's uid, and its group as fsGroup so the Secret's files are readable by it. A function
+    of its own so that the real-node tests run the pilot image under exactly this shape."""
+    pod_sc = {
+        "runAsNonRoot": True,
+        "runAsUser": user,
+        "runAsGroup": group,
+        "fsGroup": group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container_sc = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return pod_sc, container_sc
+
+
 class _Builder:
     def __init__(self, ad: JobAd, settings, files: Mapping[str, bytes] | None, attempt: int) -> None:
         self.ad = ad
@@ -322,21 +343,7 @@ class _Builder:
     # -- the manifests -----------------------------------------------------------------------------
 
     def security_contexts(self) -> tuple[dict, dict]:
-        pod_sc = {
-            "runAsNonRoot": True,
-            "runAsUser": self.s.run_as_user,
-            "runAsGroup": self.s.run_as_group,
-            "fsGroup": self.s.run_as_group,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
-        container_sc = {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
-        return pod_sc, container_sc
+        return security_contexts(self.s.run_as_user, self.s.run_as_group)
 
     def secret(self, name: str, namespace: str, labels: dict, items: list[SandboxItem]) -> dict | None:
         if not items:

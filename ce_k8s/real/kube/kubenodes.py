@@ -167,6 +167,26 @@ class KubeNodes:
         self.processes.wait("the real nodes", lambda: self.named_ready(names), 120,
                             state.real_nodes[-1]["pids"]["kubelet"], f"node-{len(names)}-kubelet")
 
+    def import_image(self, image: str, archive: Path, progress: Callable[[str], None] = print) -> dict[str, float]:
+        """Import one more OCI archive into every real node's containerd, on demand: an image only
+        some tests use (the pilot's, ce_k8s.real.node.pilotimage) costs the beds that never run it
+        nothing. Pods name it with `imagePullPolicy: Never` (or IfNotPresent): never a pull.
+        Returns the seconds each node's import took."""
+        from ce_k8s.real.node import noderuntime
+        from ce_k8s.real.node.node import NodeState, RealNodes
+
+        st = self.layout.state()
+        if st is None or not st.real_nodes:
+            raise RuntimeError(f"the bed in {self.layout.state_dir} has no real node to import {image} into")
+        runtime = noderuntime.build(st.version, progress=progress)      # warm: a stat
+        nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
+        seconds = {}
+        for raw in st.real_nodes:
+            node = NodeState(**raw)
+            seconds[node.name] = nodes.import_image(node, runtime, image, archive)
+            progress(f"imported {image} into real node {node.name} in {seconds[node.name]:.1f} s")
+        return seconds
+
     def stop_real(self, st: State, progress: Callable[[str], None]) -> list[str]:
         """Stop every real node, then give the host its sysctls back (every time, also after a
         failed start: they are saved before the first kubelet runs). Returns what was left."""

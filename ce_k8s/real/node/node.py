@@ -329,12 +329,15 @@ class RealNodes:
         holder = st.pids["holder"]
         return ["nsenter", f"--target={holder}", "--mount", *(["--net"] if net else []), "--"]
 
+    @staticmethod
+    def runtime_env(runtime: noderuntime.NodeRuntime) -> dict[str, str]:
+        return {"PATH": f"{runtime.root / 'usr' / 'bin'}:{runtime.root / 'usr' / 'sbin'}:/usr/sbin:/usr/bin:/sbin:/bin"}
+
     def start_containerd(self, st: NodeState, runtime: noderuntime.NodeRuntime) -> None:
         d = Path(st.dir)
-        env = {"PATH": f"{runtime.root / 'usr' / 'bin'}:{runtime.root / 'usr' / 'sbin'}:/usr/sbin:/usr/bin:/sbin:/bin"}
         st.pids["containerd"] = self._start(f"node-{st.index}-containerd", [
             *self.in_namespaces(st, net=True), str(runtime.containerd), "--config", str(d / "containerd.toml"),
-            "--log-level", "warn"], env=env)
+            "--log-level", "warn"], env=self.runtime_env(runtime))
         sock = d / "containerd.sock"
         deadline = time.monotonic() + 30
         while not sock.exists():
@@ -342,11 +345,22 @@ class RealNodes:
                 raise RealNodeError(f"containerd of node {st.name} did not open {sock}")
             time.sleep(0.05)
         for image, archive in runtime.images.items():
-            proc = subprocess.run([*self.in_namespaces(st, net=True), str(runtime.ctr), "--address", str(sock),
-                                   "-n", "k8s.io", "images", "import", "--local", str(archive)],
-                                  capture_output=True, text=True, check=False, timeout=120, env={**os.environ, **env})
-            if proc.returncode != 0:
-                raise RealNodeError(f"importing {image} into node {st.name} failed: {proc.stderr.strip()}")
+            self.import_image(st, runtime, image, archive, timeout=120)
+
+    def import_image(self, st: NodeState, runtime: noderuntime.NodeRuntime, image: str, archive: Path,
+                     timeout: float = 300) -> float:
+        """`ctr images import --local` of one OCI archive into the node's containerd (its `k8s.io`
+        namespace, the CRI's), inside the node's namespaces: no registry is asked. At start for the
+        images every pod needs; later, on demand, for an image only some tests use (the pilot's:
+        `KubeNodes.import_image`). Returns the seconds the import took."""
+        started = time.monotonic()
+        proc = subprocess.run([*self.in_namespaces(st, net=True), str(runtime.ctr), "--address",
+                               str(Path(st.dir) / "containerd.sock"), "-n", "k8s.io", "images", "import", "--local",
+                               str(archive)], capture_output=True, text=True, check=False, timeout=timeout,
+                              env={**os.environ, **self.runtime_env(runtime)})
+        if proc.returncode != 0:
+            raise RealNodeError(f"importing {image} into node {st.name} failed: {proc.stderr.strip()}")
+        return time.monotonic() - started
 
     def start_kubelet(self, st: NodeState, kubeconfig: Path, ca: Path, cert: Path, key: Path,
                       labels: dict[str, str]) -> None:

@@ -47,7 +47,7 @@ def in_namespace(rootfs: Path, argv: str) -> list[str]:
             f"exec chroot --userspec={PILOT_UID}:{PILOT_UID} {rootfs} {argv}"]
 
 
-def collector_config(port: int, keydir: str) -> str:
+def collector_config(port: int, keydir: str, ip: str = COLLECTOR_IP) -> str:
     return f"""\
 RELEASE_DIR = /usr
 LIBEXEC = /usr/libexec/condor
@@ -59,8 +59,8 @@ SPOOL = $(LOCAL_DIR)/spool
 LOCK = $(LOCAL_DIR)/lock
 RUN = $(LOCAL_DIR)/run
 CONDOR_IDS = {PILOT_UID}.{PILOT_UID}
-COLLECTOR_HOST = {COLLECTOR_IP}:{port}
-NETWORK_INTERFACE = {COLLECTOR_IP}
+COLLECTOR_HOST = {ip}:{port}
+NETWORK_INTERFACE = {ip}
 USE_SHARED_PORT = False
 TRUST_DOMAIN = {TRUST_DOMAIN}
 SEC_DEFAULT_AUTHENTICATION = REQUIRED
@@ -114,6 +114,32 @@ def accepts(port: int) -> bool:
     return False
 
 
+def prepare_pool(rootfs: Path, port: int, ip: str) -> None:
+    """The sid root's collector copied into the unpacked image, its configuration (`/cm`, listening on
+    `ip:port`) and another pool's (`/other`, another key), `/secret/good` and `/secret/wrong` tokens
+    signed with each key, and a world-writable `/scratch`."""
+    shutil.copy2(pilotimage.default_root() / "usr/sbin/condor_collector", rootfs / "usr/sbin/condor_collector")
+    shutil.copy("/etc/hosts", rootfs / "etc/hosts")
+    for name, keydir in (("cm", "/cm/passwords.d"), ("other", "/other/passwords.d")):
+        d = rootfs / name
+        for sub in ("log", "spool", "lock", "run", "tokens.d", "passwords.d"):
+            (d / sub).mkdir(parents=True)
+        (d / "condor_config").write_text(collector_config(port, keydir, ip))
+        (d / "passwords.d" / "POOL").write_bytes(os.urandom(48).hex().encode())
+        for path in [d, *d.rglob("*")]:
+            os.chown(path, PILOT_UID, PILOT_UID)
+        (d / "passwords.d").chmod(0o700)
+        (d / "passwords.d" / "POOL").chmod(0o600)
+    secret = rootfs / "secret"
+    secret.mkdir()
+    # the good token is signed with the collector's key; the wrong one with another key of the same name
+    for name, keydir in (("good", "/cm/passwords.d"), ("wrong", "/other/passwords.d")):
+        (secret / name).write_text(token(rootfs, keydir) + "\n")
+        (secret / name).chmod(0o444)
+    (rootfs / "scratch").mkdir()
+    (rootfs / "scratch").chmod(0o777)           # the pod's emptyDir, writable by the pilot
+
+
 @pytest.fixture(scope="module")
 def image():
     if os.geteuid() != 0:
@@ -131,27 +157,8 @@ def pool(image, tmp_path_factory):
     rootfs = base / "rootfs"
     config = unpack(image.archive, rootfs)
     pool = {"rootfs": rootfs, "config": config, "had_collector": (rootfs / "usr/sbin/condor_collector").exists()}
-    shutil.copy2(pilotimage.default_root() / "usr/sbin/condor_collector", rootfs / "usr/sbin/condor_collector")
-    shutil.copy("/etc/hosts", rootfs / "etc/hosts")
     port = free_port()
-    for name, keydir in (("cm", "/cm/passwords.d"), ("other", "/other/passwords.d")):
-        d = rootfs / name
-        for sub in ("log", "spool", "lock", "run", "tokens.d", "passwords.d"):
-            (d / sub).mkdir(parents=True)
-        (d / "condor_config").write_text(collector_config(port, keydir))
-        (d / "passwords.d" / "POOL").write_bytes(os.urandom(48).hex().encode())
-        for path in [d, *d.rglob("*")]:
-            os.chown(path, PILOT_UID, PILOT_UID)
-        (d / "passwords.d").chmod(0o700)
-        (d / "passwords.d" / "POOL").chmod(0o600)
-    secret = rootfs / "secret"
-    secret.mkdir()
-    # the good token is signed with the collector's key; the wrong one with another key of the same name
-    for name, keydir in (("good", "/cm/passwords.d"), ("wrong", "/other/passwords.d")):
-        (secret / name).write_text(token(rootfs, keydir) + "\n")
-        (secret / name).chmod(0o444)
-    (rootfs / "scratch").mkdir()
-    (rootfs / "scratch").chmod(0o777)           # the pod's emptyDir, writable by the pilot
+    prepare_pool(rootfs, port, COLLECTOR_IP)
     collector = subprocess.Popen(in_namespace(rootfs, f"env -i CONDOR_CONFIG=/cm/condor_config PATH=/usr/bin:/usr/sbin "
                                                       f"/usr/sbin/condor_collector -f -p {port}"),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
