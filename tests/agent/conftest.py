@@ -18,6 +18,7 @@ import pytest
 from kubernetes import config as kconfig
 from polling import wait_for
 
+from ce_k8s import protocol
 from ce_k8s.agent.agent import Agent
 from ce_k8s.agent.sourceprobe import GONE, FixedProbe
 from ce_k8s.condor import wire
@@ -78,6 +79,14 @@ def apply_output(ad: classad2.ClassAd, reply: bytes) -> classad2.ClassAd:
     for k in out.keys():
         ad[k] = out.lookup(k)
     return out
+
+
+def update(agent, ad: classad2.ClassAd, uid: int = 0) -> classad2.ClassAd:
+    """One update hook call through `agent.handle` as `uid`, which must answer ok; the ad as the
+    router leaves it after the reply."""
+    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), uid)
+    assert status == protocol.STATUS_OK, parts
+    return apply_output(ad, parts[0])
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kconfig
 
-from ce_k8s import protocol
 from ce_k8s.agent.accounting import (
     AttemptRecord,
     history_ad,
@@ -27,7 +26,7 @@ from ce_k8s.ops.accounting import apel_fields, apel_scaling_expr, format_field
 from ce_k8s.pods.names import pod_name
 from ce_k8s.sim.kube.apiserver import ApiServer
 
-from .conftest import GJID, apply_output, new_agent, replace_settings, routed_ad, text_of, wait
+from .conftest import GJID, new_agent, replace_settings, routed_ad, update, wait
 
 NAME = pod_name(GJID, 0)
 NEXT = pod_name(GJID, 1)
@@ -45,11 +44,6 @@ def hist(tmp_root):
     d.mkdir()
     return d
 
-
-def update(agent, ad):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def history_files(d: Path) -> list[Path]:

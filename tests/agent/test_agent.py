@@ -12,19 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s import protocol
 from ce_k8s.agent.cache import GoneError, PodCache
 from ce_k8s.pods.names import pod_name, secret_name
 
-from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+from .conftest import GJID, new_agent, routed_ad, update, wait
 
 NAME = pod_name(GJID, 0)
 
-
-def update(agent, ad, uid=0):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), uid)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def stored(server, name=NAME, resource="pods"):

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s import protocol
 from ce_k8s.agent import routedjob
 from ce_k8s.agent.credentials import RETRY_CAP_S, credential_paths
 from ce_k8s.pods.names import pod_name, secret_name
 
-from .conftest import GJID, apply_output, make_spool, routed_ad, text_of
+from .conftest import GJID, make_spool, routed_ad, update
 from .fakes import FakeClock, api_error, fake_agent, run_effects
 
 NAME = pod_name(GJID, 0)
@@ -39,11 +38,6 @@ RUNNING = {"phase": "Running", "startTime": "2025-10-09T08:55:00Z",
 def agent(settings):
     return fake_agent(settings)
 
-
-def update(agent, ad, uid=0):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), uid)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def secret_file(api, key="x509up") -> bytes | None:

@@ -19,7 +19,7 @@ from ce_k8s.agent.status import CREATE_DONE, CREATE_PENDING, CREATE_RETRY
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import pod_name, secret_name
 
-from .conftest import GJID, apply_output, replace_settings, routed_ad, text_of
+from .conftest import GJID, replace_settings, routed_ad, text_of, update
 from .fakes import START, api_error, fake_agent, run_effects
 
 NAME = pod_name(GJID, 0)
@@ -33,11 +33,6 @@ RUNNING = {"phase": "Running", "startTime": STARTED,
 def agent(settings):
     return fake_agent(settings)
 
-
-def update(agent, ad, uid=0):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), uid)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def cleanup(agent, ad):

@@ -13,16 +13,21 @@ def _effects(turns: list[str]) -> Effects:
     return Effects(1, lambda name: turns.append(f"create {name}"), threading.Event())
 
 
-def test_a_delete_takes_the_turn_of_a_waiting_refresh_and_the_refresh_is_dropped():
-    turns: list[str] = []
-    effects = _effects(turns)
-    effects.refresh("p", lambda: turns.append("refresh p"), lambda: turns.append("dropped p"))
-    effects.delete("p", lambda: turns.append("delete p"))
+def _drain(effects: Effects) -> None:
+    """Start the workers, wait until every effect asked for has run, stop them."""
     effects.start()
     try:
         wait_for(effects.idle, timeout=10)
     finally:
         effects.stop()
+
+
+def test_a_delete_takes_the_turn_of_a_waiting_refresh_and_the_refresh_is_dropped():
+    turns: list[str] = []
+    effects = _effects(turns)
+    effects.refresh("p", lambda: turns.append("refresh p"), lambda: turns.append("dropped p"))
+    effects.delete("p", lambda: turns.append("delete p"))
+    _drain(effects)
     # No write to a pod being deleted; the refresh's asker hears it will not run.
     assert turns == ["dropped p", "delete p", "create p"]
 
@@ -32,11 +37,7 @@ def test_a_newer_refresh_replaces_a_waiting_one_which_is_dropped():
     effects = _effects(turns)
     effects.refresh("p", lambda: turns.append("refresh 1"), lambda: turns.append("dropped 1"))
     effects.refresh("p", lambda: turns.append("refresh 2"), lambda: turns.append("dropped 2"))
-    effects.start()
-    try:
-        wait_for(effects.idle, timeout=10)
-    finally:
-        effects.stop()
+    _drain(effects)
     assert turns == ["dropped 1", "refresh 2", "create p"]
 
 
@@ -71,11 +72,7 @@ def test_a_refresh_dropped_for_a_delete_lets_the_next_changed_file_be_queued(tmp
     refresher.check(rec, None, "", None, pod, time.time())
     assert cs.busy and effects.refreshes_waiting() == 1
     effects.delete("p", lambda: turns.append("delete p"))
-    effects.start()
-    try:
-        wait_for(effects.idle, timeout=10)
-    finally:
-        effects.stop()
+    _drain(effects)
     assert turns == ["delete p", "create p"]            # the refresh never ran
     assert cs.busy is False
 

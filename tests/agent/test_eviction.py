@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s import protocol
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, new_agent, routed_ad, text_of, wait
+from .conftest import GJID, new_agent, routed_ad, update, wait
 from .fakes import fake_agent
 
 NAME = pod_name(GJID, 0)
@@ -61,11 +60,6 @@ def reported_running_ad(settings):
     """The routed ad after the update that reported the pod running (K8sPodUid known, hook-protocol.md §2.3)."""
     return routed_ad(Path(settings.spool), JobStatus=2, K8sPodUid=UID)
 
-
-def update(agent, ad):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def assert_next_attempt(out):

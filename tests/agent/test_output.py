@@ -24,7 +24,7 @@ from ce_k8s.agent.outputfetch import OutputFetches
 from ce_k8s.condor import wire
 from ce_k8s.pods.names import pod_name
 
-from .conftest import GJID, apply_output, make_spool, routed_ad, text_of
+from .conftest import GJID, make_spool, routed_ad, text_of, update
 from .fakes import fake_agent, run_effects
 
 NAME = pod_name(GJID, 0)
@@ -44,11 +44,6 @@ def new(settings, **kwargs):
 def agent(settings):
     return new(settings)
 
-
-def update(agent, ad):
-    status, parts = agent.handle(protocol.VERB_UPDATE, text_of(ad), 0)
-    assert status == protocol.STATUS_OK, parts
-    return apply_output(ad, parts[0])
 
 
 def finish(api, lines=(("stdout", "glidein ok\n"),), code=0, name=NAME):

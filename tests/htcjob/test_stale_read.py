@@ -17,6 +17,7 @@ from ce_k8s.htcjob.reconcile import FINALIZER, GROUP, VERSION, Conflict
 from ce_k8s.htcjob.spec import Target
 from ce_k8s.workqueue import WorkQueue
 from htcjob.fakeschedd import FakeSchedd
+from htcjob.test_operator_queue import taken_after
 
 NS, NAME = "users", "job-a"
 KEY = f"{NS}/{NAME}"
@@ -116,14 +117,6 @@ def bed(tmp_path):
     op.clock = Clock()
     op.queue = WorkQueue(base=operator.RETRY_BASE_S, cap=300.0, clock=op.clock)
     return op, api, schedd
-
-
-def taken_after(op, seconds: float) -> str | None:
-    op.clock.now += seconds
-    key = op.queue.get_nowait()
-    if key is not None:
-        op.queue.done(key)
-    return key
 
 
 def serve_stale(op, stale: dict[str, Any]) -> None:
