@@ -1,7 +1,7 @@
-"""`ce-k8s htcjob-operator`: one watch on HTCJobs, a keyed work queue, one worker.
+"""`ce-k8s htcjob-operator`: one watch on HTCJobs, a keyed work queue, a few workers (3 by default).
 
 The shape of client-go's sample-controller: the watch says *which* resource changed (its key goes
-into the queue) and keeps a copy of every resource (ce_k8s.htcjob.cache, the lister); the worker
+into the queue) and keeps a copy of every resource (ce_k8s.htcjob.cache, the lister); a worker
 runs one reconcile pass (ce_k8s.htcjob.reconcile) on the copy, and the pass says when it wants to
 run again (the schedd does not push, so an active HTCJob is looked at every `--poll` seconds). A
 pass reads the API server only where the copy cannot do: a key the copy lacks, the pass after a
@@ -11,6 +11,14 @@ earliest due time, and a pass that failed comes back after that key's own back-o
 writes come back as watch events; those that change neither generation, finalizers nor deletion
 are not queued (the pass already saw that state), nor is our own finalizer patch (the pass that
 made it went on with the version it answered).
+
+Several workers, as sample-controller runs two and kube-controller-manager several syncs per
+controller: a pass spends most of its time waiting for the API server, and another worker overlaps
+that wait with another HTCJob's pass (bench/bench_htcjob.py: 1, 2 and 3 workers measured,
+docs/performance.md; 3 was the first under 1.5× the bare writes in every run). The queue hands a
+key to one worker at a time, so one HTCJob's passes never run side by side; the schedd calls are
+serialised by ce_k8s.htcjob.schedd's lock (the bindings' configuration is process-wide); what the
+workers share here (the schedd clients, the counters, the watch's fingerprints) is behind `_lock`.
 
 Why not kopf: kopf brings its own API client and keeps handler progress in annotations; here the
 state is the resource and the schedd only, each pass is idempotent and decides from both, and
@@ -149,8 +157,12 @@ class Operator:
 
     def __init__(self, api_client, *, namespace: str | None, default_target: Target,
                  default_token: str | None, work_root: Path, claims_root: Path, poll: float,
-                 upload_grace: float = 60.0, schedd_factory=None) -> None:
+                 upload_grace: float = 60.0, schedd_factory=None, workers: int = 3) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
         self.kube = Kube(api_client)
+        self.workers = workers
+        self._lock = threading.Lock()
         self.namespace = namespace
         self.default_target = default_target
         self.default_token = default_token
@@ -159,7 +171,7 @@ class Operator:
         self.stop = threading.Event()
         self._seen: dict[str, tuple] = {}
         self.cache = ObjectCache()
-        self._reread: set[str] = set()    # keys whose next pass reads the API server (worker thread only)
+        self._reread: set[str] = set()    # keys whose next pass reads the API server (behind _lock)
         self._schedds: dict[tuple, Schedd] = {}
         # (collector, schedd name, token) → Schedd; tests hand in a fake beside the real one.
         self.schedd_factory = schedd_factory or (
@@ -183,9 +195,10 @@ class Operator:
             key = (target.collector, target.schedd, token[target.token_key].decode().strip())
         else:
             key = (self.default_target.collector, target.schedd or self.default_target.schedd, self.default_token)
-        if key not in self._schedds:
-            self._schedds[key] = self.schedd_factory(*key)
-        return self._schedds[key]
+        with self._lock:
+            if key not in self._schedds:
+                self._schedds[key] = self.schedd_factory(*key)
+            return self._schedds[key]
 
     # ------------------------------------------------------------------ watch
     def _list_call(self, **kw):
@@ -204,24 +217,28 @@ class Operator:
         key = key_of(obj)
         if not self.cache.put(obj, known_only=True):
             return
-        seen, new = self._seen.get(key), self._fingerprint(obj["metadata"])
-        if seen is not None and (seen[0], seen[1], seen[3]) == (new[0], new[1], new[3]) \
-                and set(seen[2]) ^ set(new[2]) <= {FINALIZER}:
-            self._seen[key] = new
+        new = self._fingerprint(obj["metadata"])
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and (seen[0], seen[1], seen[3]) == (new[0], new[1], new[3]) \
+                    and set(seen[2]) ^ set(new[2]) <= {FINALIZER}:
+                self._seen[key] = new
 
     def _note(self, obj: dict[str, Any], event: str) -> None:
         meta = obj["metadata"]
         key = key_of(obj)
         if event == "DELETED":
-            self._seen.pop(key, None)
+            with self._lock:
+                self._seen.pop(key, None)
             self.cache.drop(key)
             return
         self.cache.put(obj)
         fingerprint = self._fingerprint(meta)
-        if self._seen.get(key) != fingerprint:
+        with self._lock:
+            news = self._seen.get(key) != fingerprint
             self._seen[key] = fingerprint
-            if not is_settled(obj):           # a resource being deleted is never settled
-                self.queue.add(key)
+        if news and not is_settled(obj):      # a resource being deleted is never settled
+            self.queue.add(key)
 
     def watch(self) -> None:
         """List, then watch from the list's resourceVersion; relist after a 410 or a broken stream."""
@@ -236,7 +253,8 @@ class Operator:
                     for obj in listed.get("items", []):
                         self._note(obj, "ADDED")
                     for key in self.cache.keep_only({key_of(o) for o in listed.get("items", [])}):
-                        self._seen.pop(key, None)        # deleted while the watch was down
+                        with self._lock:
+                            self._seen.pop(key, None)    # deleted while the watch was down
                     version = listed["metadata"]["resourceVersion"]
                     log.info("htcjob-operator: listed %d HTCJob(s)", len(listed.get("items", [])))
                 w = watch.Watch()
@@ -263,13 +281,17 @@ class Operator:
     def _read(self, key: str) -> tuple[dict[str, Any] | None, bool]:
         """The resource a pass starts from, and whether it was read from the API server just now:
         the watch copy, unless the copy lacks it or the key's last pass failed or conflicted."""
-        obj = None if key in self._reread else self.cache.get(key)
+        with self._lock:
+            reread = key in self._reread
+        obj = None if reread else self.cache.get(key)
         if obj is not None:
             return obj, False
         namespace, name = key.split("/", 1)
-        self.reads += 1
+        with self._lock:
+            self.reads += 1
         obj = self.kube.get(namespace, name)
-        self._reread.discard(key)
+        with self._lock:
+            self._reread.discard(key)
         if obj is None:
             self.cache.drop(key)
         else:
@@ -282,30 +304,32 @@ class Operator:
         pass after a conflict or a failure reads the resource from the API server."""
         from kubernetes.client.exceptions import ApiException
 
-        self.passes += 1
+        with self._lock:
+            self.passes += 1
         try:
             obj, fresh = self._read(key)
             delay = None if obj is None else reconcile(obj, self.ctx, fresh=fresh)
         except (Conflict, ApiException) as exc:
-            self._reread.add(key)
+            self._reread_next(key)
             if isinstance(exc, Conflict) or exc.status == 409:    # a conflict: read again soon
                 self.queue.add(key, 0.5)
                 return
             log.warning("htcjob %s: API error %s; again in %.0f s", key, exc.status, self.queue.retry(key))
             return
         except Exception:
-            self._reread.add(key)
+            self._reread_next(key)
             log.exception("htcjob %s: pass failed; again in %.0f s", key, self.queue.retry(key))
             return
         self.queue.forget(key)
         if delay is not None:
             self.queue.add(key, delay)
 
-    def run(self) -> None:
-        thread = threading.Thread(target=self.watch, name="htcjob-watch", daemon=True)
-        thread.start()
-        log.info("htcjob-operator: started (namespace %s, default schedd %s in %s)", self.namespace or "all",
-                 self.default_target.schedd or "local", self.default_target.collector or "the local pool")
+    def _reread_next(self, key: str) -> None:
+        with self._lock:
+            self._reread.add(key)
+
+    def work(self) -> None:
+        """One worker: take a key, run its pass, hand the key back; until `stop`."""
         while not self.stop.is_set():
             key = self.queue.get(self.stop)
             if key is not None:
@@ -313,7 +337,23 @@ class Operator:
                     self.work_once(key)
                 finally:
                     self.queue.done(key)
-        thread.join(timeout=5)
+
+    def start_workers(self) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self.work, name=f"htcjob-worker-{i}", daemon=True)
+                   for i in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def run(self) -> None:
+        watcher = threading.Thread(target=self.watch, name="htcjob-watch", daemon=True)
+        watcher.start()
+        log.info("htcjob-operator: started (namespace %s, default schedd %s in %s, %d workers)",
+                 self.namespace or "all", self.default_target.schedd or "local",
+                 self.default_target.collector or "the local pool", self.workers)
+        for thread in self.start_workers():
+            thread.join()
+        watcher.join(timeout=5)
         log.info("htcjob-operator: stopped")
 
 
@@ -337,6 +377,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between looks at an active HTCJob's jobs (default 10)")
     parser.add_argument("--upload-grace", type=float, default=60.0,
                         help="age after which a cluster still waiting for its input is resubmitted (s)")
+    parser.add_argument("--workers", type=int, default=int(env("CE_K8S_HTCJOB_WORKERS", "3")),
+                        help="passes run side by side, each on a different HTCJob (default 3)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -347,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
     op = Operator(new_api_client(args.kubeconfig), namespace=args.namespace,
                   default_target=Target(schedd=args.schedd, collector=args.collector), default_token=token,
                   work_root=Path(args.work_dir), claims_root=Path(args.claims_root), poll=args.poll,
-                  upload_grace=args.upload_grace)
+                  upload_grace=args.upload_grace, workers=args.workers)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: op.stop.set())
     op.run()

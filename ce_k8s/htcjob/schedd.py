@@ -3,8 +3,8 @@
 Why tokens go through `SEC_TOKEN_DIRECTORY`: the bindings take a token by value only for the
 collector (`SecurityContext`); every schedd command authenticates from the process's
 configuration. So each target's token is written to a directory of its own (0700, file 0600)
-and the configuration points at it for the duration of one call, under one lock: the operator
-talks to schedds from one worker thread, and the lock keeps a second one honest.
+and the configuration points at it for the duration of one call, under one lock: the operator's
+workers (ce_k8s.htcjob.operator) call schedds one at a time, so no call runs on another's token.
 
 Every call that fails to reach or to authenticate raises `ScheddUnreachable`: the resource gets
 a `ScheddReachable=False` condition and is tried again, never marked failed or resubmitted.

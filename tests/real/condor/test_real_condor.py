@@ -163,7 +163,10 @@ def test_restarts_keep_every_pilot_on_its_one_pod(env):
         for daemon in daemons:
             _wait(lambda d=daemon, was=old[daemon]: (new := _daemon_pids(env, d)) and new != was, timeout=60,
                   what=f"the master to start {daemon} again")
-        env.run(["condor_q", "-totals"])                 # the new schedd answers before the next restart
+        # A new pid is not yet a schedd that answers: it writes its address file once it listens.
+        # Wait for it to answer before the next restart, as an operator's next command would.
+        _wait(lambda: env.run(["condor_q", "-totals"], check=False).returncode == 0, timeout=60,
+              what="the new schedd to answer condor_q")
         running = {p.metadata.name: p.metadata.uid for p in _pods(env) if p.status.phase == "Running"}
         assert running == first, f"after restarting {daemons}, the pods running were {running}, not {first}"
     demo.run(timeout=240)
