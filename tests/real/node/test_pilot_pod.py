@@ -43,6 +43,7 @@ from ce_k8s.real.node.noderuntime import PILOT_UID
 
 from ..conftest import wait_for
 from ..test_real_node import finished, log, pod_manifest, terminated
+from .conftest import FIGURES
 from .test_pilot_real import IDENTITY, in_namespace, inner_pid, prepare_pool, unpack
 
 pytestmark = pytest.mark.slow
@@ -54,33 +55,9 @@ PILOT_GRACE = 15                # CE_K8S_PILOT_GRACE_SECONDS: under the pod's
 DEADLINE = 240                  # activeDeadlineSeconds: none of these pilots may come near it
 CPU, MEMORY, MEMORY_MB = "1", "512Mi", 512
 IDLE, UPDATE = 20, 10           # the idle pilot's STARTD_NOCLAIM_SHUTDOWN and UPDATE_INTERVAL
-#: What each pod took, printed at the end of the module (docs/pilot.md quotes them).
-FIGURES: dict[str, object] = {}
 
 
 # ------------------------------------------------------------------ the bed's side
-@pytest.fixture(scope="module")
-def node(real_kube) -> NodeState:
-    st = real_kube.state()
-    assert st is not None and st.real_nodes, "the bed has no real node (RealKube.up(real_nodes=1))"
-    return NodeState(**st.real_nodes[0])
-
-
-@pytest.fixture(scope="module")
-def pilot_image(real_kube, node):
-    """The pilot archive (built from the HTCondor bed's sid root, cached), imported into the node."""
-    from ce_k8s.real.condor.condor import build_root
-
-    root = build_root(progress=lambda m: print(f"condor root: {m}", flush=True))
-    image = pilotimage.build(root, progress=lambda m: print(f"pilot image: {m}", flush=True))
-    seconds = real_kube.nodes.import_image(image.name, image.archive,
-                                           progress=lambda m: print(f"real-kube: {m}", flush=True))
-    FIGURES["image"] = {"size_mb": round(image.size / 1e6), "build_s": image.build_seconds, "warm": image.warm,
-                        "import_s": round(seconds[node.name], 1)}
-    yield image
-    print(f"pilot pod figures: {json.dumps(FIGURES)}", flush=True)
-
-
 def gateway(node: NodeState) -> str:
     """The CNI bridge's address in the node's network namespace: the pods' gateway (cni_config)."""
     return f"{POD_CIDR_BASE}.{node.index}.1"
@@ -228,6 +205,32 @@ def processes(cgroup: Path) -> dict[int, tuple[str, list[int], list[int]]]:
     return out
 
 
+def removed(admin_core, ns: str, name: str, remove) -> tuple:
+    """Call `remove` (a delete or an eviction: the pod's own grace) on the running pod and watch it
+    until its container is terminated: (terminated state, seconds from `remove`, its last log). The
+    log is read as the termination shows, before the API server lets the deleted pod go."""
+    from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
+
+    rv = admin_core.read_namespaced_pod(name, ns).metadata.resource_version
+    w = watch.Watch()
+    started = time.monotonic()
+    remove()
+    term, text = None, ""
+    for event in w.stream(admin_core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                          resource_version=rv, timeout_seconds=GRACE + 30):
+        statuses = event["object"].status.container_statuses or []
+        term = statuses[0].state.terminated if statuses else None
+        if term is not None:
+            w.stop()
+            break
+    seconds = time.monotonic() - started
+    assert term is not None, f"{name}: no terminated state seen after its removal"
+    with contextlib.suppress(ApiException):
+        text = log(admin_core, ns, name)
+    return term, seconds, text
+
+
 def sized_line(text: str) -> str:
     return next(line for line in text.splitlines() if " CPUs (" in line and " MB (" in line)
 
@@ -305,28 +308,13 @@ def test_no_token_or_a_malformed_one_ends_3_at_once(admin_core, pilot_namespace,
 
 
 def test_deleting_the_pod_ends_the_pilot_143_within_the_grace(admin_core, pilot_namespace, node, vo_collector):
-    from kubernetes import watch
-
     token_secret(admin_core, pilot_namespace, vo_collector["good"])
     name = "pilot-term"
     admin_core.create_namespaced_pod(pilot_namespace, pilot_pod(name, vo_collector["address"],
                                                                 CE_K8S_PILOT_IDLE_SECONDS="600"))
     wait_for_join(admin_core, pilot_namespace, name)
-    rv = admin_core.read_namespaced_pod(name, pilot_namespace).metadata.resource_version
-    w = watch.Watch()
-    started = time.monotonic()
-    admin_core.delete_namespaced_pod(name, pilot_namespace)          # the pod's own grace: GRACE
-    term = None
-    for event in w.stream(admin_core.list_namespaced_pod, pilot_namespace, field_selector=f"metadata.name={name}",
-                          resource_version=rv, timeout_seconds=GRACE + 30):
-        statuses = event["object"].status.container_statuses or []
-        term = statuses[0].state.terminated if statuses else None
-        if term is not None:
-            w.stop()
-            break
-    seconds = time.monotonic() - started
-    assert term is not None, f"{name}: no terminated state seen after deletion"
-    text = log(admin_core, pilot_namespace, name)
+    term, seconds, text = removed(admin_core, pilot_namespace, name,
+                                  lambda: admin_core.delete_namespaced_pod(name, pilot_namespace))
     FIGURES["sigterm"] = {"exit": term.exit_code, "delete_to_terminated_s": round(seconds, 1)}
     print(f"sigterm: {json.dumps(FIGURES['sigterm'])}\n{text}", flush=True)
     assert term.exit_code == 143, text

@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import polling
 import pytest
 
 from ce_k8s.real.node import pilotimage
+from ce_k8s.real.node.vopool import unpack_image as unpack
 
 pytestmark = pytest.mark.slow
 
@@ -74,18 +74,6 @@ ALLOW_WRITE = *
 ALLOW_DAEMON = *
 ALLOW_ADVERTISE_STARTD = {IDENTITY}
 """
-
-
-def unpack(archive: Path, dest: Path) -> dict:
-    """The image's layer unpacked into `dest`; returns the image's config."""
-    with tarfile.open(archive) as oci:
-        index = json.load(oci.extractfile("index.json"))
-        manifest = json.load(oci.extractfile(f"blobs/sha256/{index['manifests'][0]['digest'].split(':')[1]}"))
-        config = json.load(oci.extractfile(f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"))
-        layer = oci.extractfile(f"blobs/sha256/{manifest['layers'][0]['digest'].split(':')[1]}")
-        with tarfile.open(fileobj=layer, mode="r|gz") as tar:
-            tar.extractall(dest, filter="fully_trusted")
-    return config
 
 
 def token(rootfs: Path, keydir: str) -> str:

@@ -1,0 +1,178 @@
+"""A VO user's job runs in a pilot on the real node (issue 34, items 2 and 4).
+
+The VO's pool (ce_k8s.real.node.vopool: collector, negotiator and schedd of HTCondor 25.14.1, in
+the node's network namespace on the pods' gateway) takes a user's plain vanilla job; a pilot pod
+(the pilot image, run as ce-k8s runs a pilot: test_pilot_pod.pilot_pod) joins the pool with the
+token the pool signed; the pool's negotiator matches the job to the pilot's slot, its schedd runs
+it there, the output comes back to the user's directory, and the pilot leaves when idle.
+
+What the real node, runc and HTCondor judge: the job ran in the pod (its hostname is the pod's
+name) as uid 1000, never root, and its output returned; a pilot deleted or evicted while its job
+runs gets SIGTERM, vacates the job and ends 143 inside the pod's grace, and the user's job goes
+back to idle in the VO pool, not lost: the next pilot runs it. A node that is lost outright (the
+kubelet gone with its pods) is not played here: the real node's kubelet is the bed's one node.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from ce_k8s.real.node.vopool import VOPool
+
+from ..conftest import wait_for
+from ..test_real_node import finished, log, terminated
+from .conftest import FIGURES
+from .test_pilot_pod import (
+    GRACE,
+    container_cgroup,
+    ensure_bridge,
+    gateway,
+    pilot_pod,
+    processes,
+    removed,
+    token_secret,
+    wait_for_join,
+)
+
+pytestmark = pytest.mark.slow
+
+ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "RemoteHost", "LastRemoteHost", "NumJobStarts",
+         "QDate", "JobStartDate", "JobCurrentStartDate", "CompletionDate", "RemoteWallClockTime")
+RUNNING, IDLE, COMPLETED = 2, 1, 4
+UPDATE = 5                       # the pilots' UPDATE_INTERVAL: the pool sees them soon after they start
+
+JOB = """\
+#!/bin/sh
+# a VO user's job: who and where it ran, and a file of its own to bring back
+echo "uid=$(id -u) gid=$(id -g) host=$(hostname)"
+echo "result of $1" > result.txt
+sleep "$2"
+"""
+
+
+def description(seconds: int, tag: str) -> str:
+    return (f"universe = vanilla\nexecutable = job.sh\narguments = {tag} {seconds}\n"
+            "output = job.out\nerror = job.err\nlog = job.log\n"
+            "should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n"
+            "request_cpus = 1\nrequest_memory = 128\nrequest_disk = 10000\nqueue 1\n")
+
+
+@pytest.fixture(scope="module")
+def vo_pool(real_kube, admin_client, node, pilot_image):
+    from kubernetes import client
+
+    from ce_k8s.real.node import pilotimage
+
+    ensure_bridge(client.CoreV1Api(admin_client), node)
+    base = Path(tempfile.mkdtemp(prefix="ce-k8s-vo-pool-", dir="/var/tmp"))
+    pool = VOPool(rootfs=base / "rootfs", netns_pid=node.pids["holder"], ip=gateway(node))
+    try:
+        pool.prepare(pilot_image.archive, pilotimage.default_root())
+        pool.start(progress=lambda m: print(m, flush=True))
+        yield pool
+    finally:
+        pool.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def job(pool: VOPool, cluster: int) -> dict:
+    ads = pool.jobs(cluster, ATTRS)
+    assert len(ads) == 1, ads
+    return ads[0]
+
+
+def job_process(cgroup: Path) -> dict:
+    """The pilot container's processes once the user's job (its `sleep`) is among them: JobStatus 2
+    comes with the shadow's start, before the starter has the job's input and starts it."""
+    return wait_for(lambda: (p := processes(cgroup)) and "sleep" in {comm for comm, _, _ in p.values()} and p,
+                    30, poll=0.2, what="the job's process in the pilot's container",
+                    on_timeout=lambda: f"{processes(cgroup)}")
+
+
+def start_pilot(admin_core, ns: str, pool: VOPool, name: str, **env: str) -> None:
+    admin_core.create_namespaced_pod(ns, pilot_pod(name, pool.address, CE_K8S_PILOT_UPDATE_INTERVAL=str(UPDATE),
+                                                   **env))
+    wait_for_join(admin_core, ns, name)
+
+
+def test_a_users_job_runs_in_the_pilot_as_uid_1000_and_its_output_comes_back(admin_core, pilot_namespace, node,
+                                                                             vo_pool):
+    token_secret(admin_core, pilot_namespace, vo_pool.pilot_token())
+    cluster = vo_pool.submit("hello", description(10, "hello"), {"job.sh": JOB})
+    submitted = time.monotonic()
+    name = "pilot-user-job"
+    start_pilot(admin_core, pilot_namespace, vo_pool, name, CE_K8S_PILOT_IDLE_SECONDS="20")
+    running = wait_for(lambda: (ad := job(vo_pool, cluster))["JobStatus"] == RUNNING and ad, 120, poll=1,
+                       what=f"the user's job {cluster} to run in {name}",
+                       on_timeout=lambda: f"{job(vo_pool, cluster)}\n{vo_pool.log('NegotiatorLog')}")
+    assert name in running["RemoteHost"], running                     # the pilot's slot, by its pod's name
+    # seen from the host: the job's process is in the pod's container cgroup, uid 1000
+    cgroup = container_cgroup(node, admin_core.read_namespaced_pod(name, pilot_namespace))
+    procs = job_process(cgroup)
+    assert all(uids == [1000] * 4 for _, uids, _ in procs.values()), procs
+    done = wait_for(lambda: (ad := job(vo_pool, cluster))["JobStatus"] == COMPLETED and ad, 120, poll=1,
+                    what=f"the user's job {cluster} to complete")
+    assert done["ExitCode"] == 0, done
+    out = vo_pool.user_file("hello", "job.out")
+    assert out.strip() == f"uid=1000 gid=1000 host={name}", out
+    assert vo_pool.user_file("hello", "result.txt") == "result of hello\n"
+    # the pilot leaves when idle, exit 0
+    pod = finished(admin_core, pilot_namespace, name, timeout=120)
+    term, text = terminated(pod), log(admin_core, pilot_namespace, name)
+    assert term.exit_code == 0 and "exit 0 (IDLE)" in text, text
+    FIGURES["user_job"] = {"submit_to_start_s": done["JobStartDate"] - done["QDate"],
+                           "job_wall_s": done.get("RemoteWallClockTime"),
+                           "submit_to_pilot_end_s": round(time.monotonic() - submitted, 1),
+                           "pilot_exit": term.exit_code}
+    print(f"user_job: {json.dumps(FIGURES['user_job'])}\n{text}", flush=True)
+
+
+@pytest.mark.parametrize("how", ["delete", "evict"])
+def test_a_pilot_removed_while_its_job_runs_vacates_it_and_the_next_pilot_runs_it(admin_core, pilot_namespace,
+                                                                                   node, vo_pool, how):
+    from kubernetes import client
+
+    token_secret(admin_core, pilot_namespace, vo_pool.pilot_token())
+    cluster = vo_pool.submit(f"long-{how}", description(600, how), {"job.sh": JOB})
+    first = f"pilot-{how}-1"
+    start_pilot(admin_core, pilot_namespace, vo_pool, first, CE_K8S_PILOT_IDLE_SECONDS="600")
+    wait_for(lambda: job(vo_pool, cluster)["JobStatus"] == RUNNING, 120, poll=1,
+             what=f"the user's job to run in {first}")
+    job_process(container_cgroup(node, admin_core.read_namespaced_pod(first, pilot_namespace)))
+    if how == "delete":
+        remove = lambda: admin_core.delete_namespaced_pod(first, pilot_namespace)    # noqa: E731
+    else:
+        remove = lambda: admin_core.create_namespaced_pod_eviction(                  # noqa: E731
+            first, pilot_namespace, client.V1Eviction(metadata=client.V1ObjectMeta(name=first,
+                                                                                   namespace=pilot_namespace)))
+    term, seconds, text = removed(admin_core, pilot_namespace, first, remove)      # the pod's own grace
+    # the pilot ended itself inside the grace, 143 (the kubelet's SIGKILL would be 137), vacating the job
+    assert term.exit_code == 143 and seconds < GRACE, (term, seconds, text)
+    assert "SIGTERM: shutting the startd down gracefully" in text and "exit 143 (SIGTERM)" in text, text
+    # the user's job is back to idle in the VO pool, having started once: not lost, not completed
+    back = wait_for(lambda: (ad := job(vo_pool, cluster))["JobStatus"] == IDLE and ad, 60, poll=1,
+                    what="the vacated job to be idle again",
+                    on_timeout=lambda: f"{job(vo_pool, cluster)}\npilot: {text}\n{vo_pool.log('ShadowLog')}"
+                                       f"\n{vo_pool.log('SchedLog')}")
+    assert back["NumJobStarts"] >= 1 and first in back.get("LastRemoteHost", ""), back
+    # nothing lost: the next pilot runs it
+    second = f"pilot-{how}-2"
+    start_pilot(admin_core, pilot_namespace, vo_pool, second, CE_K8S_PILOT_IDLE_SECONDS="600")
+    wait_for(lambda: job(vo_pool, cluster)["JobStatus"] == RUNNING, 120, poll=1,
+             what=f"the user's job to run again in {second}")
+    job_process(container_cgroup(node, admin_core.read_namespaced_pod(second, pilot_namespace)))
+    # (NumJobStarts is the shadow's to update, at its next queue update: not looked at here)
+    again = job(vo_pool, cluster)
+    assert second in again["RemoteHost"] and first in again["LastRemoteHost"], again
+    assert again["JobCurrentStartDate"] > back["JobCurrentStartDate"], (back, again)
+    FIGURES[f"vacate_{how}"] = {"removal_to_pilot_exit_s": round(seconds, 1), "pilot_exit": term.exit_code,
+                                "restart_after_s": again["JobCurrentStartDate"] - back["JobCurrentStartDate"]}
+    print(f"vacate_{how}: {json.dumps(FIGURES[f'vacate_{how}'])}", flush=True)
+    vo_pool.run(f"condor_rm {cluster}", cwd="/")
+    admin_core.delete_namespaced_pod(second, pilot_namespace)
