@@ -208,6 +208,29 @@ def token_path(s: PilotSettings) -> Path:
     return s.local_dir / "tokens.d" / TOKEN_NAME
 
 
+def layout(local_dir: str | Path, uid: int, gid: int) -> str:
+    """The lines every self-contained condor_config of ours starts with: the package's binaries,
+    everything of its own under `local_dir`, no other file read, the daemons as `uid`.`gid`
+    (the pilot's, and the bed's VO pool's: ce_k8s.real.node.vopool)."""
+    return f"""\
+RELEASE_DIR = /usr
+LIBEXEC = $(RELEASE_DIR)/libexec/condor
+LIB = $(RELEASE_DIR)/lib/condor
+SHARE = $(RELEASE_DIR)/share/condor
+LOCAL_DIR = {local_dir}
+LOCAL_CONFIG_FILE =
+LOCAL_CONFIG_DIR =
+LOG = $(LOCAL_DIR)/log
+SPOOL = $(LOCAL_DIR)/spool
+EXECUTE = $(LOCAL_DIR)/execute
+LOCK = $(LOCAL_DIR)/lock
+RUN = $(LOCAL_DIR)/run
+CONDOR_IDS = {uid}.{gid}
+CONDOR_ADMIN =
+MAIL = /bin/true
+"""
+
+
 def condor_config(s: PilotSettings, size: Size, token: Token, pilot_id: str) -> str:
     """The pilot's whole condor_config (it reads no other file: LOCAL_CONFIG_* are emptied)."""
     uid, gid = os.getuid(), os.getgid()
@@ -223,22 +246,7 @@ def condor_config(s: PilotSettings, size: Size, token: Token, pilot_id: str) -> 
     sec_file = (f"SCITOKENS_FILE = {token_path(s)}\n" if token.kind == "SCITOKENS" else "")
     return f"""\
 # ce-k8s pilot (ce_k8s/pilot; docs/pilot.md): a startd-only glidein sized from its pod.
-RELEASE_DIR = /usr
-LIBEXEC = $(RELEASE_DIR)/libexec/condor
-LIB = $(RELEASE_DIR)/lib/condor
-SHARE = $(RELEASE_DIR)/share/condor
-LOCAL_DIR = {s.local_dir}
-LOCAL_CONFIG_FILE =
-LOCAL_CONFIG_DIR =
-LOG = $(LOCAL_DIR)/log
-SPOOL = $(LOCAL_DIR)/spool
-EXECUTE = $(LOCAL_DIR)/execute
-LOCK = $(LOCAL_DIR)/lock
-RUN = $(LOCAL_DIR)/run
-CONDOR_IDS = {uid}.{gid}
-CONDOR_ADMIN =
-MAIL = /bin/true
-
+{layout(s.local_dir, uid, gid)}
 # The VO's pool
 COLLECTOR_HOST = {s.collector}
 CONDOR_HOST = $(COLLECTOR_HOST)

@@ -9,6 +9,7 @@ judge" names each test for the claim it settles.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import time
@@ -249,25 +250,43 @@ def test_a_refreshed_secret_reaches_the_file_the_running_pilot_reads(admin_core,
 
 
 # ------------------------------------------------------------------ removal
+def removed(admin_core, ns: str, name: str, remove, timeout: float) -> tuple:
+    """Call `remove` (a delete or an eviction) on the running pod and watch it until its container
+    is terminated: (the terminated state the kubelet reported, seconds from `remove`, the pod's
+    last log, read as the termination shows: before the API server lets a deleted pod go)."""
+    from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
+
+    rv = admin_core.read_namespaced_pod(name, ns).metadata.resource_version
+    w = watch.Watch()
+    started = time.monotonic()
+    remove()
+    term, text, seen = None, "", []
+    for event in w.stream(admin_core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                          resource_version=rv, timeout_seconds=int(timeout)):
+        statuses = event["object"].status.container_statuses or []
+        term = statuses[0].state.terminated if statuses else None
+        seen.append((round(time.monotonic() - started, 1), event["type"], event["object"].status.phase,
+                     statuses[0].state.to_dict() if statuses else None))
+        if term is not None:
+            w.stop()
+            break
+    seconds = time.monotonic() - started
+    assert term is not None, f"{name}: no terminated state seen after its removal; events: {seen}"
+    with contextlib.suppress(ApiException):
+        text = log(admin_core, ns, name)
+    return term, seconds, text
+
+
 def _delete_and_watch_exit(admin_core, ns: str, name: str, grace: int) -> tuple[int, float]:
     """Delete the running pod with `grace` and return (exit code the kubelet reported, seconds to it)."""
-    from kubernetes import watch
-
     wait_for(lambda: admin_core.read_namespaced_pod(name, ns).status.phase == "Running", 60,
              what=f"{name} running")
     wait_for(lambda: "ready" in log(admin_core, ns, name), 30, what=f"{name} to trap TERM")
-    w = watch.Watch()
-    rv = admin_core.read_namespaced_pod(name, ns).metadata.resource_version
-    started = time.monotonic()
-    admin_core.delete_namespaced_pod(name, ns, grace_period_seconds=grace)
-    for event in w.stream(admin_core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                          resource_version=rv, timeout_seconds=grace + 30):
-        statuses = event["object"].status.container_statuses or []
-        term = statuses[0].state.terminated if statuses else None
-        if term is not None:
-            w.stop()
-            return term.exit_code, time.monotonic() - started
-    raise AssertionError(f"{name}: no terminated state seen after deletion")
+    term, seconds, _ = removed(admin_core, ns, name,
+                               lambda: admin_core.delete_namespaced_pod(name, ns, grace_period_seconds=grace),
+                               grace + 30)
+    return term.exit_code, seconds
 
 
 def test_removal_sends_sigterm_and_a_pilot_that_handles_it_exits_143(admin_core, pilot_namespace, real_node):

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ce_k8s.pilot.pilotconfig import layout
 from ce_k8s.real.node.noderuntime import PILOT_UID
 
 TRUST_DOMAIN = "vo.ce-k8s.test"
@@ -60,20 +61,7 @@ def pool_config(ip: str, port: int = PORT) -> str:
     """The pool's whole condor_config: a central manager and a submit host in one master."""
     return f"""\
 # ce-k8s bed: the VO's pool (ce_k8s/real/node/vopool.py)
-RELEASE_DIR = /usr
-LIBEXEC = /usr/libexec/condor
-LOCAL_DIR = /vo
-LOCAL_CONFIG_FILE =
-LOCAL_CONFIG_DIR =
-LOG = $(LOCAL_DIR)/log
-SPOOL = $(LOCAL_DIR)/spool
-EXECUTE = $(LOCAL_DIR)/execute
-LOCK = $(LOCAL_DIR)/lock
-RUN = $(LOCAL_DIR)/run
-CONDOR_IDS = {PILOT_UID}.{PILOT_UID}
-CONDOR_ADMIN =
-MAIL = /bin/true
-CONDOR_HOST = {ip}
+{layout("/vo", PILOT_UID, PILOT_UID)}CONDOR_HOST = {ip}
 COLLECTOR_HOST = {ip}:{port}
 NETWORK_INTERFACE = {ip}
 USE_SHARED_PORT = False
@@ -121,12 +109,12 @@ def unpack_image(archive: Path, dest: Path) -> dict:
     return config
 
 
-def in_namespaces(netns_pid: int, rootfs: Path, argv: str, *, user: int = PILOT_UID) -> list[str]:
+def in_namespaces(netns_pid: int | None, rootfs: Path, argv: str, *, user: int = PILOT_UID) -> list[str]:
     """`argv` (a shell word list, ours) as `user` in `rootfs`, in the network namespace of
-    `netns_pid` and a mount and pid namespace of its own, with /proc and /dev: all gone when its
-    pid 1 ends (or unshare is killed)."""
-    return ["nsenter", f"--target={netns_pid}", "--net", "--",
-            "unshare", "--mount", "--pid", "--fork", "--kill-child", "sh", "-c",
+    `netns_pid` (None: this one) and a mount and pid namespace of its own, with /proc and /dev:
+    all gone when its pid 1 ends (or unshare is killed)."""
+    enter = [] if netns_pid is None else ["nsenter", f"--target={netns_pid}", "--net", "--"]
+    return [*enter, "unshare", "--mount", "--pid", "--fork", "--kill-child", "sh", "-c",
             f"mount -t proc proc {rootfs}/proc && mount --rbind /dev {rootfs}/dev && "
             f"exec chroot --userspec={user}:{user} {rootfs} {argv}"]
 

@@ -42,7 +42,7 @@ from ce_k8s.real.node.node import POD_CIDR_BASE, REAL_NODE_LABEL, REAL_NODE_TAIN
 from ce_k8s.real.node.noderuntime import PILOT_UID
 
 from ..conftest import wait_for
-from ..test_real_node import finished, log, pod_manifest, terminated
+from ..test_real_node import finished, log, pod_manifest, removed, terminated
 from .conftest import FIGURES
 from .test_pilot_real import IDENTITY, in_namespace, inner_pid, prepare_pool, unpack
 
@@ -205,32 +205,6 @@ def processes(cgroup: Path) -> dict[int, tuple[str, list[int], list[int]]]:
     return out
 
 
-def removed(admin_core, ns: str, name: str, remove) -> tuple:
-    """Call `remove` (a delete or an eviction: the pod's own grace) on the running pod and watch it
-    until its container is terminated: (terminated state, seconds from `remove`, its last log). The
-    log is read as the termination shows, before the API server lets the deleted pod go."""
-    from kubernetes import watch
-    from kubernetes.client.exceptions import ApiException
-
-    rv = admin_core.read_namespaced_pod(name, ns).metadata.resource_version
-    w = watch.Watch()
-    started = time.monotonic()
-    remove()
-    term, text = None, ""
-    for event in w.stream(admin_core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                          resource_version=rv, timeout_seconds=GRACE + 30):
-        statuses = event["object"].status.container_statuses or []
-        term = statuses[0].state.terminated if statuses else None
-        if term is not None:
-            w.stop()
-            break
-    seconds = time.monotonic() - started
-    assert term is not None, f"{name}: no terminated state seen after its removal"
-    with contextlib.suppress(ApiException):
-        text = log(admin_core, ns, name)
-    return term, seconds, text
-
-
 def sized_line(text: str) -> str:
     return next(line for line in text.splitlines() if " CPUs (" in line and " MB (" in line)
 
@@ -314,7 +288,7 @@ def test_deleting_the_pod_ends_the_pilot_143_within_the_grace(admin_core, pilot_
                                                                 CE_K8S_PILOT_IDLE_SECONDS="600"))
     wait_for_join(admin_core, pilot_namespace, name)
     term, seconds, text = removed(admin_core, pilot_namespace, name,
-                                  lambda: admin_core.delete_namespaced_pod(name, pilot_namespace))
+                                  lambda: admin_core.delete_namespaced_pod(name, pilot_namespace), GRACE + 30)
     FIGURES["sigterm"] = {"exit": term.exit_code, "delete_to_terminated_s": round(seconds, 1)}
     print(f"sigterm: {json.dumps(FIGURES['sigterm'])}\n{text}", flush=True)
     assert term.exit_code == 143, text

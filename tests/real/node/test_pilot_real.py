@@ -28,7 +28,9 @@ from pathlib import Path
 import polling
 import pytest
 
+from ce_k8s.pilot.pilotconfig import layout
 from ce_k8s.real.node import pilotimage
+from ce_k8s.real.node.vopool import in_namespaces
 from ce_k8s.real.node.vopool import unpack_image as unpack
 
 pytestmark = pytest.mark.slow
@@ -42,24 +44,12 @@ IDENTITY = f"pilot@{TRUST_DOMAIN}"
 def in_namespace(rootfs: Path, argv: str) -> list[str]:
     """`argv` (a shell word list) as uid 1000 in `rootfs`, in a mount and pid namespace of its own
     with /proc and /dev: gone, mounts and all, when its pid 1 ends (or unshare is killed)."""
-    return ["unshare", "--mount", "--pid", "--fork", "--kill-child", "sh", "-c",
-            f"mount -t proc proc {rootfs}/proc && mount --rbind /dev {rootfs}/dev && "
-            f"exec chroot --userspec={PILOT_UID}:{PILOT_UID} {rootfs} {argv}"]
+    return in_namespaces(None, rootfs, argv)
 
 
 def collector_config(port: int, keydir: str, ip: str = COLLECTOR_IP) -> str:
     return f"""\
-RELEASE_DIR = /usr
-LIBEXEC = /usr/libexec/condor
-LOCAL_DIR = /cm
-LOCAL_CONFIG_FILE =
-LOCAL_CONFIG_DIR =
-LOG = $(LOCAL_DIR)/log
-SPOOL = $(LOCAL_DIR)/spool
-LOCK = $(LOCAL_DIR)/lock
-RUN = $(LOCAL_DIR)/run
-CONDOR_IDS = {PILOT_UID}.{PILOT_UID}
-COLLECTOR_HOST = {ip}:{port}
+{layout("/cm", PILOT_UID, PILOT_UID)}COLLECTOR_HOST = {ip}:{port}
 NETWORK_INTERFACE = {ip}
 USE_SHARED_PORT = False
 TRUST_DOMAIN = {TRUST_DOMAIN}

@@ -23,10 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from ce_k8s.pods.builder import SCRATCH_DIR
+from ce_k8s.real.node import pilotimage
 from ce_k8s.real.node.vopool import VOPool
 
-from ..conftest import wait_for
-from ..test_real_node import finished, log, terminated
+from ..conftest import running_agent, wait_for
+from ..test_lifecycle import until
+from ..test_real_node import finished, log, removed, terminated
+from ..test_real_node_pilots import finalize_output, pilot
 from .conftest import FIGURES
 from .test_pilot_pod import (
     GRACE,
@@ -35,7 +39,6 @@ from .test_pilot_pod import (
     gateway,
     pilot_pod,
     processes,
-    removed,
     token_secret,
     wait_for_join,
 )
@@ -66,8 +69,6 @@ def description(seconds: int, tag: str) -> str:
 @pytest.fixture(scope="module")
 def vo_pool(real_kube, admin_client, node, pilot_image):
     from kubernetes import client
-
-    from ce_k8s.real.node import pilotimage
 
     ensure_bridge(client.CoreV1Api(admin_client), node)
     base = Path(tempfile.mkdtemp(prefix="ce-k8s-vo-pool-", dir="/var/tmp"))
@@ -151,7 +152,7 @@ def test_a_pilot_removed_while_its_job_runs_vacates_it_and_the_next_pilot_runs_i
         remove = lambda: admin_core.create_namespaced_pod_eviction(                  # noqa: E731
             first, pilot_namespace, client.V1Eviction(metadata=client.V1ObjectMeta(name=first,
                                                                                    namespace=pilot_namespace)))
-    term, seconds, text = removed(admin_core, pilot_namespace, first, remove)      # the pod's own grace
+    term, seconds, text = removed(admin_core, pilot_namespace, first, remove, GRACE + 30)   # the pod's own grace
     # the pilot ended itself inside the grace, 143 (the kubelet's SIGKILL would be 137), vacating the job
     assert term.exit_code == 143 and seconds < GRACE, (term, seconds, text)
     assert "SIGTERM: shutting the startd down gracefully" in text and "exit 143 (SIGTERM)" in text, text
@@ -176,3 +177,40 @@ def test_a_pilot_removed_while_its_job_runs_vacates_it_and_the_next_pilot_runs_i
     print(f"vacate_{how}: {json.dumps(FIGURES[f'vacate_{how}'])}", flush=True)
     vo_pool.run(f"condor_rm {cluster}", cwd="/")
     admin_core.delete_namespaced_pod(second, pilot_namespace)
+
+
+# ------------------------------------------------------------------ the CE's pilot, through the agent
+@pytest.fixture
+def ce_agent(real_kube, pilot_namespace):
+    """The agent as test_real_node_pilots.py runs it (its ServiceAccount's token, the kubelet's usage)."""
+    with running_agent(real_kube, pilot_namespace, usage_source="kubelet", usage_interval=1.0,
+                       kubelet_ca=str(real_kube.kubelet_ca)) as bed:
+        yield bed
+
+
+def test_a_pilot_the_agent_runs_from_the_image_serves_a_users_job_and_completes_0(ce_agent, pilot_namespace, node,
+                                                                                  vo_pool):
+    """The product's own pod (the agent on its ServiceAccount's token, the pod builder's restricted
+    pod, the sandbox from a Secret): a routed pilot whose route names the pilot image and whose
+    executable, as a factory's glidein_startup.sh does, starts the image's entry point with the
+    token the factory transferred. The user's job runs in it; the pilot leaves idle, and the agent
+    reports the routed job completed with exit code 0 and the pilot's own last words."""
+    agent, settings, _ = ce_agent
+    cluster = vo_pool.submit("via-ce", description(5, "via-ce"), {"job.sh": JOB})
+    ad = pilot(settings, pilot_namespace, f"exec /{pilotimage.LAUNCHER}", cluster=5160,
+               image=pilotimage.PILOT_IMAGE, K8sImagePullPolicy="Never", RequestMemory=512,
+               TransferInput="idtoken",
+               Environment=f"CE_K8S_PILOT_COLLECTOR={vo_pool.address} "
+                           f"CE_K8S_PILOT_TOKEN_FILE={SCRATCH_DIR}/idtoken "
+                           f"CE_K8S_PILOT_IDLE_SECONDS=20 CE_K8S_PILOT_UPDATE_INTERVAL={UPDATE}")
+    (Path(ad["Iwd"]) / "idtoken").write_text(vo_pool.pilot_token() + "\n")      # the factory's transfer
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running", timeout=120)
+    done = wait_for(lambda: (j := job(vo_pool, cluster))["JobStatus"] == COMPLETED and j, 120, poll=1,
+                    what="the user's job to complete in the CE's pilot",
+                    on_timeout=lambda: f"{job(vo_pool, cluster)}\n{vo_pool.log('NegotiatorLog')}")
+    assert done["ExitCode"] == 0 and ad["K8sPodName"] in done["LastRemoteHost"], done
+    assert vo_pool.user_file("via-ce", "job.out").strip() == f"uid=1000 gid=1000 host={ad['K8sPodName']}"
+    until(agent, ad, lambda a: a.get("JobStatus") == 4, "the pilot completed", timeout=120)
+    assert ad["ExitCode"] == 0 and ad["K8sNodeName"] == node.name, dict(ad)
+    out, err = finalize_output(agent, settings, ad)
+    assert "joined the collector" in out + err and "exit 0 (IDLE)" in out + err, out + err
