@@ -27,6 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--real-node-share", type=float, default=0.1, metavar="F",
                         help="with --kube real --condor real: this share of the pilots (one-CPU pilots, at least "
                              "one) runs its own glidein script in a container on the bed's real node (default 0.1)")
+    parser.add_argument("--pilot", choices=("script", "real"), default="script",
+                        help="with --kube real --condor real: `real` sends the factory's pilots to the real node as "
+                             "the pilot image (an HTCondor startd) that joins the bed's VO pool and runs its users' "
+                             "jobs (docs/demo.md, \"Real pilots\"); `script` (default): the demo's glidein scripts")
+    parser.add_argument("--user-jobs", type=int, default=6, metavar="N",
+                        help="with --pilot real: the VO users' jobs (default 6)")
+    parser.add_argument("--job-seconds", type=int, default=20, metavar="S",
+                        help="with --pilot real: how long each user job works (default 20)")
     parser.add_argument("--kube-state", metavar="DIR",
                         help="with --kube real: the control plane's state directory "
                              "(default /var/tmp/ce-k8s-real-kube)")
@@ -74,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
 
 def run_real(args: argparse.Namespace, kube_server=None) -> int:
     """The demo over the real HTCondor test bed (ce_k8s.demos.condordemo); same JSON keys as the emulated one."""
-    import json
 
     from ce_k8s.demos.condordemo import RealDemo
     from ce_k8s.real.condor.condor import STATE_DIR, RealCondorError
@@ -92,6 +99,11 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         if not env.status().get("up"):
             env.up(progress=progress)
             ours = True
+        if getattr(args, "pilot", "script") == "real":
+            summary = _real_pilots(args, env, kube_server, progress)
+            if summary is None:
+                return 2
+            return _report(args, summary)
         # On a real control plane the run always includes an agent restart (issue 25: the whole
         # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
         share = getattr(args, "real_node_share", 0.0) if kube_server is not None else 0.0
@@ -113,6 +125,14 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
     finally:
         if ours:
             env.down(progress=progress)
+    return _report(args, summary)
+
+
+def _report(args: argparse.Namespace, summary: dict) -> int:
+    """Print the summary; 0 when nothing was lost, run twice or left, and every pilot on the real node
+    brought its output back (with --pilot real: every user job completed 0 with its output back)."""
+    import json
+
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
@@ -121,6 +141,45 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
     ok = (summary["lost"] == 0 and summary["duplicate_pods"] == 0 and summary["pods_left"] == 0
           and summary["secrets_left"] == 0)
     real = summary.get("real_node")
-    if isinstance(real, dict) and real["completed"] != real["stdout_returned"]:
+    if isinstance(real, dict) and "user_jobs" in real:
+        ok = (ok and real["user_jobs"] > 0 and real["pilots_completed"] == real["pilots"]
+              and real["user_jobs_exit_0"] == real["user_outputs_returned"] == real["user_jobs"])
+    elif isinstance(real, dict) and real["completed"] != real["stdout_returned"]:
         ok = False          # a pilot that ran on the real node must have brought its output back
     return 0 if ok else 1
+
+
+def _real_pilots(args: argparse.Namespace, env, kube_server, progress) -> dict | None:
+    """`--pilot real`: the VO pool on the real node, its users' jobs, the factory's pilots as the pilot
+    image through the CE (ce_k8s.demos.pilotdemo); the summary, or None when it cannot run here."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from ce_k8s.demos.pilotdemo import PilotDemo
+    from ce_k8s.real.node.vopool import VOPoolError, pool_on_node
+
+    if kube_server is None or not kube_server.env.real_node_names():
+        sys.stderr.write("ce-k8s demo --pilot real: needs --kube real with a real node "
+                         "(`ce-k8s testbed real-kube up --real-nodes 1`)\n")
+        return None
+    base = Path(tempfile.mkdtemp(prefix="ce-k8s-vo-pool-", dir="/var/tmp"))
+    pool = None
+    try:
+        pool = pool_on_node(kube_server.env, env.core_api(), base, progress=progress)
+        demo = PilotDemo(env, pool, user_jobs=args.user_jobs, job_seconds=args.job_seconds,
+                         restart_agent=args.restart_agent)
+        cluster = demo.submit_users()
+        progress(f"{args.user_jobs} user jobs submitted to the VO pool ({pool.address}), cluster {cluster}")
+        demo.submit(demo.pilots(args.pilots))
+        progress(f"{args.pilots} pilots submitted from the factory over HTCondor-C")
+        demo.run(timeout=args.timeout, progress=progress)
+        demo.wait_for_users(timeout=60)
+        return demo.summary(demo.drain(timeout=min(120.0, args.timeout)))
+    except VOPoolError as exc:
+        sys.stderr.write(f"ce-k8s demo --pilot real: {exc}\n")
+        return None
+    finally:
+        if pool is not None:
+            pool.stop()
+        shutil.rmtree(base, ignore_errors=True)

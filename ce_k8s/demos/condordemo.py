@@ -355,7 +355,7 @@ class RealDemo:
                     cs.state.terminated.started_at if cs.state.terminated else None)
                 if started is not None:
                     self.real_pods[pod.metadata.name] = {"created": pod.metadata.creation_timestamp.timestamp(),
-                                                         "started": started.timestamp()}
+                                                         "started": started.timestamp(), "node": pod.spec.node_name}
 
     def real_node_summary(self) -> dict[str, object]:
         mine = [o for o in self.outcomes.values() if o.index in self.real_nodes]

@@ -483,7 +483,20 @@ class RealCondor(CondorCommands):
                 shutil.copy(f, confdir / name)
         prefix = os.path.realpath(sys.prefix)
         (confdir / "99-ce-k8s-testbed.conf").write_text(testbed_config(self.state_dir, poll, prefix,
-                                                                       batch=self.batch))
+                                                                       batch=self.batch) + self._kube_usage_config())
+
+    def _kube_usage_config(self) -> str:
+        """On a real control plane: the agent reads usage from the kubelets themselves (nodes/stats,
+        which its Role grants; the bed's `proxy` default is for the emulator, and the agent may not
+        get nodes/proxy), trusting the kubelets' CA, copied into the state directory (the agent runs
+        in the root, where only the state directory is mounted). Read every 5 s: the bed's pilots
+        live a minute or two. Empty on the emulator."""
+        if self.kube_server is None:
+            return ""
+        ca = self.state_dir / "kubelet-ca.crt"
+        shutil.copy(self.kube_server.env.kubelet_ca, ca)
+        ca.chmod(0o644)
+        return f"CE_K8S_USAGE_SOURCE = kubelet\nCE_K8S_KUBELET_CA = {ca}\nCE_K8S_USAGE_INTERVAL = 5\n"
 
     def _signing_key(self) -> None:
         """A fresh random IDTOKENS signing key, `/etc/condor/passwords.d/POOL` (SEC_TOKEN_POOL_SIGNING_KEY_FILE's

@@ -34,6 +34,11 @@ QUEUE_SUPER_USERS = root, condor
 """
 
 
+#: The pilot image's name (ce_k8s.real.node.pilotimage.PILOT_IMAGE, which this room may not import;
+#: tests/real/node/test_pilot_real.py checks the two agree).
+DEMO_PILOT_IMAGE = "ce-k8s.invalid/pilot:25.14.1"
+
+
 def agent_and_demo_config(state: Path) -> str:
     """The agent's files in the state directory, and the DemoScenario transform: the same on the
     default bed and on the CE's own configuration (ce_k8s.real.condor.stockce)."""
@@ -65,6 +70,17 @@ JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES)
 JOB_ROUTER_TRANSFORM_DemoRealNode @=jrt
     REQUIREMENTS DemoRealNode is true
     SET K8sImage "ce-k8s.invalid/busybox:1.35"
+    SET K8sNodeSelector [ 'ce-k8s.test/real-node' = "true" ]
+    SET K8sTolerations {{ [ key = "ce-k8s.test/real-node"; operator = "Exists"; effect = "NoSchedule" ] }}
+@jrt
+
+# A real pilot (`ce-k8s demo --pilot real`; docs/pilot.md): the pilot image, imported into the real
+# node (no registry: Never), whose entry point the factory's executable starts.
+JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = $(JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES) DemoPilotImage
+JOB_ROUTER_TRANSFORM_DemoPilotImage @=jrt
+    REQUIREMENTS DemoPilotImage is true
+    SET K8sImage "{DEMO_PILOT_IMAGE}"
+    SET K8sImagePullPolicy "Never"
     SET K8sNodeSelector [ 'ce-k8s.test/real-node' = "true" ]
     SET K8sTolerations {{ [ key = "ce-k8s.test/real-node"; operator = "Exists"; effect = "NoSchedule" ] }}
 @jrt

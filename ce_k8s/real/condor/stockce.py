@@ -266,7 +266,8 @@ class StockCE(RealCondor):
             item.path.write_bytes(item.content)
             item.path.chmod(item.mode)
         prefix = os.path.realpath(sys.prefix)
-        (confdir / "99-ce-k8s-testbed.conf").write_text(ce_testbed_config(self.state_dir, poll, prefix))
+        (confdir / "99-ce-k8s-testbed.conf").write_text(ce_testbed_config(self.state_dir, poll, prefix)
+                                                        + self._kube_usage_config())
         condor = self._root_uid("condor")
         for sub in ("var/log/condor-ce", "var/log/condor-ce/user", "var/lib/condor-ce/spool",
                     "var/lib/condor-ce/execute", "run/condor-ce", "var/lock/condor-ce", "var/lock/condor-ce/user"):

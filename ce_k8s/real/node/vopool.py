@@ -263,3 +263,68 @@ class VOPool:
 
     def user_file(self, directory: str, name: str) -> str:
         return (self.rootfs / JOBS.lstrip("/") / directory / name).read_text(errors="replace")
+
+
+# ------------------------------------------------------------------ on a bed's real node
+def gateway(node_index: int) -> str:
+    """The CNI bridge's address in real node `node_index`'s network namespace: its pods' gateway."""
+    from ce_k8s.real.node.node import POD_CIDR_BASE
+
+    return f"{POD_CIDR_BASE}.{node_index}.1"
+
+
+def _has_address(netns_pid: int, ip: str) -> bool:
+    proc = subprocess.run(["nsenter", f"--target={netns_pid}", "--net", "--", "ip", "-4", "-o", "addr", "show"],
+                          capture_output=True, text=True, check=False, timeout=10)
+    return f"inet {ip}/" in proc.stdout
+
+
+def ensure_bridge(core, node_name: str, netns_pid: int, ip: str, timeout: float = 120) -> None:
+    """The bridge and its gateway address come with the node's first pod (the CNI ADD): if no pod
+    has run there yet, run one (busybox, `exit 0`, in `default`) and delete it."""
+    from ce_k8s.real.node.node import REAL_NODE_LABEL, REAL_NODE_TAINT
+    from ce_k8s.real.node.noderuntime import BUSYBOX_IMAGE
+
+    if _has_address(netns_pid, ip):
+        return
+    name = f"ce-k8s-bridge-{os.urandom(3).hex()}"
+    limits = {"cpu": "100m", "memory": "16Mi"}
+    core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "nodeName": node_name, "automountServiceAccountToken": False,
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": PILOT_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["true"],
+                        "resources": {"requests": limits, "limits": limits},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}})
+    deadline = time.monotonic() + timeout
+    try:
+        while core.read_namespaced_pod(name, "default").status.phase not in ("Succeeded", "Failed"):
+            if time.monotonic() > deadline:
+                raise VOPoolError(f"the bridge pod {name} did not finish in {timeout:.0f} s")
+            time.sleep(0.5)
+    finally:
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    if not _has_address(netns_pid, ip):
+        raise VOPoolError(f"the node's bridge has no address {ip} after a pod ran there")
+
+
+def pool_on_node(kube, core, base: Path, progress: Callable[[str], None] = lambda m: None) -> VOPool:
+    """The VO pool on `kube`'s (a RealKube) first real node, the pilot image imported into it: built
+    (cached) from the real-HTCondor bed's root. The caller stops the pool and removes `base`."""
+    from ce_k8s.real.condor.condor import build_root
+    from ce_k8s.real.node import pilotimage
+
+    state = kube.state()
+    if state is None or not state.real_nodes:
+        raise VOPoolError("the control plane has no real node (`ce-k8s testbed real-kube up --real-nodes 1`)")
+    node = state.real_nodes[0]
+    root = build_root(progress=progress)
+    image = pilotimage.build(root, progress=progress)
+    kube.nodes.import_image(image.name, image.archive, progress=progress)
+    ip = gateway(node["index"])
+    ensure_bridge(core, node["name"], node["pids"]["holder"], ip)
+    pool = VOPool(rootfs=base / "rootfs", netns_pid=node["pids"]["holder"], ip=ip)
+    pool.prepare(image.archive, root)
+    pool.start(progress=progress)
+    return pool

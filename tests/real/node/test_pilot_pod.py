@@ -37,12 +37,12 @@ from pathlib import Path
 import pytest
 
 from ce_k8s.pods.builder import SCRATCH_DIR, security_contexts
-from ce_k8s.real.node import pilotimage
-from ce_k8s.real.node.node import POD_CIDR_BASE, REAL_NODE_LABEL, REAL_NODE_TAINT, NodeState
+from ce_k8s.real.node import pilotimage, vopool
+from ce_k8s.real.node.node import REAL_NODE_LABEL, REAL_NODE_TAINT, NodeState
 from ce_k8s.real.node.noderuntime import PILOT_UID
 
 from ..conftest import wait_for
-from ..test_real_node import finished, log, pod_manifest, removed, terminated
+from ..test_real_node import finished, log, removed, terminated
 from .conftest import FIGURES
 from .test_pilot_real import IDENTITY, in_namespace, inner_pid, prepare_pool, unpack
 
@@ -60,7 +60,7 @@ IDLE, UPDATE = 20, 10           # the idle pilot's STARTD_NOCLAIM_SHUTDOWN and U
 # ------------------------------------------------------------------ the bed's side
 def gateway(node: NodeState) -> str:
     """The CNI bridge's address in the node's network namespace: the pods' gateway (cni_config)."""
-    return f"{POD_CIDR_BASE}.{node.index}.1"
+    return vopool.gateway(node.index)
 
 
 def in_node_net(node: NodeState) -> list[str]:
@@ -77,20 +77,8 @@ def listening(node: NodeState, port: int) -> bool:
 
 
 def ensure_bridge(admin_core, node: NodeState) -> None:
-    """The bridge and its gateway address come with the first pod's CNI ADD: run one if none has."""
-    def has_gateway() -> bool:
-        proc = subprocess.run([*in_node_net(node), "ip", "-4", "-o", "addr", "show"], capture_output=True,
-                              text=True, check=False, timeout=10)
-        return f"inet {gateway(node)}/" in proc.stdout
-    if has_gateway():
-        return
-    manifest = pod_manifest(f"bridge-{os.urandom(3).hex()}", "exit 0")
-    admin_core.create_namespaced_pod("default", manifest)
-    try:
-        finished(admin_core, "default", manifest["metadata"]["name"])
-    finally:
-        admin_core.delete_namespaced_pod(manifest["metadata"]["name"], "default", grace_period_seconds=0)
-    assert has_gateway(), "the CNI bridge has no gateway address after a pod ran"
+    """The bridge and its gateway address come with the first pod's CNI ADD (vopool.ensure_bridge)."""
+    vopool.ensure_bridge(admin_core, node.name, node.pids["holder"], gateway(node))
 
 
 @pytest.fixture(scope="module")

@@ -183,6 +183,14 @@ def logs(pool, name: str) -> str:
 
 
 # ------------------------------------------------------------------ the image
+def test_the_ce_beds_route_names_this_image():
+    """The bed's DemoPilotImage transform (ce_k8s.real.condor, which may not import this room) names it."""
+    from ce_k8s.real.condor.condorconfig import DEMO_PILOT_IMAGE, agent_and_demo_config
+
+    assert DEMO_PILOT_IMAGE == pilotimage.PILOT_IMAGE
+    assert f'SET K8sImage "{pilotimage.PILOT_IMAGE}"' in agent_and_demo_config(Path("/state"))
+
+
 def test_the_image_is_a_startd_pilot_and_nothing_of_the_bed(image, pool):
     rootfs = pool["rootfs"]
     print(f"pilot image: {json.dumps(image.as_dict())}")
