@@ -133,7 +133,8 @@ class Times:
     die: float | None        # GLIDEIN_ToDie: the startd shuts down gracefully, vacating jobs
 
 
-def deadline_times(start: float, deadline: int | None, grace: int, job_max: int) -> Times:
+def deadline_times(start: float, deadline: int | None, grace: int, job_max: int,
+                   source: str = "CE_K8S_PILOT_DEADLINE_SECONDS") -> Times:
     """GLIDEIN_ToDie = start + deadline - grace - margin; GLIDEIN_ToRetire = ToDie - job_max.
 
     As GlideinWMS's die time (max walltime - update interval - graceful shutdown), with the
@@ -146,7 +147,7 @@ def deadline_times(start: float, deadline: int | None, grace: int, job_max: int)
     die = start + deadline - grace - margin
     retire = die - job_max
     if retire - start < MIN_RETIRE_SECONDS:
-        raise ConfigError(f"CE_K8S_PILOT_DEADLINE_SECONDS={deadline} leaves no time to run a job "
+        raise ConfigError(f"{source}={deadline} leaves no time to run a job "
                           f"(grace {grace} s, margin {margin} s, job max {job_max} s)")
     return Times(start, retire, die)
 
@@ -187,8 +188,14 @@ def settings_from_env(env: dict[str, str], now: float | None = None) -> PilotSet
     name = _NAME.sub("-", env.get("CE_K8S_PILOT_NAME", "").strip() or socket.gethostname())[:63] or "pilot"
     grace = _seconds(env, "CE_K8S_PILOT_GRACE_SECONDS", DEFAULT_GRACE_SECONDS, 1)
     start = time.time() if now is None else now
-    times = deadline_times(start, _seconds(env, "CE_K8S_PILOT_DEADLINE_SECONDS", None, 1), grace,
-                           _seconds(env, "CE_K8S_PILOT_JOB_MAX_SECONDS", 0))
+    # The pilot's own setting first (a VO may want it shorter), else the deadline ce-k8s's pod
+    # builder puts in every pod it makes (the pod's activeDeadlineSeconds).
+    source = "CE_K8S_PILOT_DEADLINE_SECONDS"
+    deadline = _seconds(env, source, None, 1)
+    if deadline is None:
+        source = "CE_K8S_DEADLINE_SECONDS"
+        deadline = _seconds(env, source, None, 1)
+    times = deadline_times(start, deadline, grace, _seconds(env, "CE_K8S_PILOT_JOB_MAX_SECONDS", 0), source)
     return PilotSettings(
         collector=collector,
         token_file=env.get("CE_K8S_PILOT_TOKEN_FILE", "").strip(),

@@ -327,15 +327,20 @@ class _Builder:
             "CE_K8S_POD_NAMESPACE": "metadata.namespace",
             "CE_K8S_NODE_NAME": "spec.nodeName",
         }
+        # The pod's own wall-time limit (`activeDeadlineSeconds`, which the downward API does not
+        # give): a pilot plans its retirement by it (ce_k8s.pilot, GLIDEIN_ToDie). Ours, like the
+        # downward values: neither the job nor the route can make it say something else.
+        ours = {"CE_K8S_DEADLINE_SECONDS": str(self.walltime())}
         out: list[dict] = []
         for name, value in values.items():
-            if name in downward:
+            if name in downward or name in ours:
                 continue
             if not kv.is_env_name(name):
                 raise PodBuildError("bad-environment", f"{name[:60]!r} is not a valid environment variable name")
             if not kv.is_clean_text(value):
                 raise PodBuildError("bad-environment", f"the value of {name} contains a NUL byte or invalid UTF-8")
             out.append({"name": name, "value": kv.escape_dollar(value)})
+        out += [{"name": name, "value": value} for name, value in ours.items()]
         for name, path in downward.items():
             out.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
         return out

@@ -52,6 +52,19 @@ def test_settings_from_every_variable(tmp_path):
     assert s.times == pc.Times(NOW, NOW + 3600 - 10 - 60 - 600, NOW + 3600 - 10 - 60)
 
 
+def test_the_pods_deadline_from_ce_k8s_unless_the_pilot_says_its_own(tmp_path):
+    """Every pod ce-k8s builds carries CE_K8S_DEADLINE_SECONDS (its activeDeadlineSeconds): a routed
+    pilot retires by it; CE_K8S_PILOT_DEADLINE_SECONDS, when given, is the pilot's own and wins."""
+    s = pc.settings_from_env(pilot_env(tmp_path, CE_K8S_DEADLINE_SECONDS="3600", CE_K8S_PILOT_GRACE_SECONDS="10"),
+                             now=NOW)
+    assert s.times == pc.Times(NOW, NOW + 3600 - 10 - 60, NOW + 3600 - 10 - 60)
+    s = pc.settings_from_env(pilot_env(tmp_path, CE_K8S_DEADLINE_SECONDS="3600", CE_K8S_PILOT_DEADLINE_SECONDS="1800",
+                                       CE_K8S_PILOT_GRACE_SECONDS="10"), now=NOW)
+    assert s.times.die == NOW + 1800 - 10 - 60
+    with pytest.raises(pc.ConfigError, match="CE_K8S_DEADLINE_SECONDS=30 leaves no time"):
+        pc.settings_from_env({"CE_K8S_PILOT_COLLECTOR": "cm", "CE_K8S_DEADLINE_SECONDS": "30"}, now=NOW)
+
+
 def test_collector_without_port_uses_the_default():
     s = pc.settings_from_env({"CE_K8S_PILOT_COLLECTOR": "cm.vo"}, now=NOW)
     assert s.collector_address == ("cm.vo", 9618)

@@ -208,6 +208,21 @@ def test_environment_sources_and_precedence(settings):
     assert env["CE_K8S_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
+@pytest.mark.parametrize(("overrides", "seconds"), [
+    ({"BatchRuntime": 5400}, 5400),
+    ({"BatchRuntime": None, "maxWallTime": 90}, 5400),
+])
+def test_the_pods_deadline_is_in_its_environment_and_only_ours(settings, overrides, seconds):
+    """CE_K8S_DEADLINE_SECONDS = activeDeadlineSeconds (the pilot retires by it, docs/pilot.md); a job's
+    or a route's value of the same name does not replace it."""
+    built = build(settings, Environment="CE_K8S_DEADLINE_SECONDS=99999", K8sEnv={"CE_K8S_DEADLINE_SECONDS": 1},
+                  **overrides)
+    assert built.pod["spec"]["activeDeadlineSeconds"] == seconds
+    names = [e["name"] for e in main(built)["env"]]
+    assert names.count("CE_K8S_DEADLINE_SECONDS") == 1
+    assert env_of(built)["CE_K8S_DEADLINE_SECONDS"] == str(seconds)
+
+
 def test_job_collector_host_and_no_collector(settings):
     """The job's own CONDORCE_COLLECTOR_HOST (from the CE's Env transform) is kept; none when disabled."""
     env = env_of(build(Settings(spool=settings.spool, collector_host="x:1"), Environment="CONDORCE_COLLECTOR_HOST=y:2"))

@@ -134,12 +134,19 @@ def test_a_pilot_over_its_disk_is_held_disk_exceeded(bed, admin_core, pilot_name
     assert "DisruptionTarget" not in {c.type for c in pod.status.conditions or []}
     # The eviction stops the container with SIGTERM first: the glidein ends by its own trap (143).
     # The kubelet posts the pod's Failed/Evicted before the container's end (seen in a cold CI
-    # run: the hold came while the container still ran its trap), so wait for that end.
+    # run: the hold came while the container still ran its trap), so wait for that end. What the
+    # kubelet then records is its own race (1 run in 3 here, session 34): to reclaim the disk it
+    # removes an evicted pod's container, and when that comes before its status update, the end is
+    # recorded as `ContainerStatusUnknown`, 137, "The container could not be located when the pod
+    # was terminated", whatever the container's exit was. Either is the real kubelet's verdict;
+    # neither is a hold of ours, and the hold above does not depend on it.
     def terminated():
         current = admin_core.read_namespaced_pod(ad["K8sPodName"], pilot_namespace)
         statuses = current.status.container_statuses or []
         return statuses[0].state.terminated if statuses and statuses[0].state.terminated else None
-    assert wait_for(terminated, 60, what="the evicted container's end").exit_code == 143
+    end = wait_for(terminated, 60, what="the evicted container's end")
+    assert (end.exit_code, end.reason) in ((143, "Error"), (137, "ContainerStatusUnknown")), end
+    assert end.reason != "ContainerStatusUnknown" or "could not be located" in end.message, end
 
 
 @pytest.fixture

@@ -188,29 +188,50 @@ def ce_agent(real_kube, pilot_namespace):
         yield bed
 
 
-def test_a_pilot_the_agent_runs_from_the_image_serves_a_users_job_and_completes_0(ce_agent, pilot_namespace, node,
-                                                                                  vo_pool):
+def test_a_whole_node_pilot_the_agent_runs_from_the_image_serves_users_jobs_on_the_pods_cpus(
+        ce_agent, admin_core, pilot_namespace, node, vo_pool):
     """The product's own pod (the agent on its ServiceAccount's token, the pod builder's restricted
-    pod, the sandbox from a Secret): a routed pilot whose route names the pilot image and whose
-    executable, as a factory's glidein_startup.sh does, starts the image's entry point with the
-    token the factory transferred. The user's job runs in it; the pilot leaves idle, and the agent
-    reports the routed job completed with exit code 0 and the pilot's own last words."""
+    pod, the sandbox from a Secret): a routed pilot whose route names the pilot image (`Never`) and
+    whose executable, as a factory's glidein_startup.sh does, starts the image's entry point with
+    the token the factory transferred as an input file. The route is a whole-node one
+    (`WantWholeNode`, its node shape K8sWholeNodeCpus 2: the real node's two cores): the startd's
+    partitionable slot has the pod's 2 CPUs, read from the cgroup runc made, so two one-CPU user
+    jobs run side by side in the one pilot and a third waits for one of them: the slots the pod
+    was given, no more. The pilot plans its end by its pod's deadline (the builder's
+    CE_K8S_DEADLINE_SECONDS), leaves idle, and the agent reports the routed job completed with
+    exit code 0 and the pilot's own last words."""
     agent, settings, _ = ce_agent
-    cluster = vo_pool.submit("via-ce", description(5, "via-ce"), {"job.sh": JOB})
-    ad = pilot(settings, pilot_namespace, f"exec /{pilotimage.LAUNCHER}", cluster=5160,
-               image=pilotimage.PILOT_IMAGE, K8sImagePullPolicy="Never", RequestMemory=512,
-               TransferInput="idtoken",
+    cluster = vo_pool.submit("whole", description(15, "whole").replace("queue 1", "queue 3"), {"job.sh": JOB})
+    ad = pilot(settings, pilot_namespace, f"exec /{pilotimage.LAUNCHER}", cluster=5170,
+               image=pilotimage.PILOT_IMAGE, K8sImagePullPolicy="Never", TransferInput="idtoken",
+               WantWholeNode=True, K8sWholeNodeCpus=2, K8sWholeNodeMemory=1024, BatchRuntime=3600,
                Environment=f"CE_K8S_PILOT_COLLECTOR={vo_pool.address} "
                            f"CE_K8S_PILOT_TOKEN_FILE={SCRATCH_DIR}/idtoken "
                            f"CE_K8S_PILOT_IDLE_SECONDS=20 CE_K8S_PILOT_UPDATE_INTERVAL={UPDATE}")
     (Path(ad["Iwd"]) / "idtoken").write_text(vo_pool.pilot_token() + "\n")      # the factory's transfer
-    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running", timeout=120)
-    done = wait_for(lambda: (j := job(vo_pool, cluster))["JobStatus"] == COMPLETED and j, 120, poll=1,
-                    what="the user's job to complete in the CE's pilot",
-                    on_timeout=lambda: f"{job(vo_pool, cluster)}\n{vo_pool.log('NegotiatorLog')}")
-    assert done["ExitCode"] == 0 and ad["K8sPodName"] in done["LastRemoteHost"], done
-    assert vo_pool.user_file("via-ce", "job.out").strip() == f"uid=1000 gid=1000 host={ad['K8sPodName']}"
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the whole-node pilot running", timeout=120)
+    pod = ad["K8sPodName"]
+
+    def user_ads() -> list[dict]:
+        return vo_pool.jobs(cluster, ATTRS)
+
+    two = wait_for(lambda: (ads := user_ads()) and sum(1 for a in ads if a["JobStatus"] == RUNNING) == 2 and ads,
+                   120, poll=1, what="two user jobs running side by side in the pilot",
+                   on_timeout=lambda: f"{user_ads()}\n{vo_pool.log('NegotiatorLog')}")
+    assert all(pod in a["RemoteHost"] for a in two if a["JobStatus"] == RUNNING), two
+    assert sum(1 for a in two if a["JobStatus"] == IDLE) == 1, two       # the third waits: no third CPU
+    slots = vo_pool.run('condor_status -af Name TotalSlotCpus -constraint "PartitionableSlot =?= true"',
+                        cwd="/").stdout
+    assert [line.split()[1] for line in slots.splitlines() if pod in line] == ["2"], slots
+    done = wait_for(lambda: (ads := user_ads()) and all(a["JobStatus"] == COMPLETED for a in ads) and ads, 180,
+                    poll=1, what="the three user jobs to complete in the pilot")
+    assert {a["ExitCode"] for a in done} == {0} and all(pod in a["LastRemoteHost"] for a in done), done
+    assert vo_pool.user_file("whole", "job.out").strip() == f"uid=1000 gid=1000 host={pod}"
     until(agent, ad, lambda a: a.get("JobStatus") == 4, "the pilot completed", timeout=120)
     assert ad["ExitCode"] == 0 and ad["K8sNodeName"] == node.name, dict(ad)
     out, err = finalize_output(agent, settings, ad)
     assert "joined the collector" in out + err and "exit 0 (IDLE)" in out + err, out + err
+    assert "2 CPUs (cgroup CPU quota (2 CPUs)), 1024 MB (cgroup memory limit)" in out + err, out + err
+    # its end planned by its pod's deadline (CE_K8S_DEADLINE_SECONDS = activeDeadlineSeconds 3600):
+    # ToDie = 3600 - grace 25 - margin 60 after its start
+    assert "retires in 3515 s, dies in 3515 s" in out + err, out + err
