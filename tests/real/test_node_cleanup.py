@@ -36,6 +36,16 @@ HOST_PATHS = ("/run/containerd", "/var/run/containerd", "/var/lib/containerd", "
 SMALL_NODES = "cpu:1x8c32g"
 
 
+def host_paths() -> list[str]:
+    return [p for p in HOST_PATHS if os.path.lexists(p)]
+
+
+# Taken when the module is collected, before any bed of the run is up: the session's bed runs a real
+# node all through these tests, and what it writes to the host must be judged too (it once left
+# /var/lib/kubelet/device-plugins/kubelet.sock, /var/lib/cni and /var/log/containers behind).
+HOST_PATHS_BEFORE_ANY_BED = host_paths()
+
+
 def namespaces() -> set[str]:
     """Every mount and network namespace some process is in."""
     out = set()
@@ -76,7 +86,7 @@ def footprint(state_dir: Path, cgroup_root: str | None) -> dict[str, object]:
     cgroups = [str(h / cgroup_root.strip("/")) for h in v1_hierarchies()
                if cgroup_root and (h / cgroup_root.strip("/")).exists()]
     return {"processes": processes_naming(str(state_dir)), "mounts": mounts, "cgroups": cgroups,
-            "host paths": [p for p in HOST_PATHS if os.path.lexists(p)]}
+            "host paths": host_paths()}
 
 
 # What the kubelet writes at start, and the kernel's defaults for the same keys.
@@ -136,7 +146,7 @@ def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
     """The kubelet cannot start (a configuration it refuses): `up` fails, naming its log, and
     leaves nothing behind, the sysctls included."""
     state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-failed"
-    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
+    before_ns, before_paths = namespaces(), HOST_PATHS_BEFORE_ANY_BED
     real_config = realnode.kubelet_config
 
     def refused(*args, **kwargs) -> str:
@@ -156,7 +166,7 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, origi
     The reaper runs the bed's own `down`, the one `ce-k8s testbed real-kube down` and every test
     fixture run, and nothing is left: processes, mounts, cgroups, namespaces, host paths, sysctls."""
     state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-reaped"
-    before_ns, before_paths = namespaces(), footprint(state, None)["host paths"]
+    before_ns, before_paths = namespaces(), HOST_PATHS_BEFORE_ANY_BED
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
         from ce_k8s.real.kube.kube import RealKube
@@ -172,6 +182,9 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, origi
         run_a_pod(env)
         assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
         assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
+        # two real nodes (this bed's and the session's) with pods, and the host's paths untouched
+        assert host_paths() == before_paths
+        assert (Path(node["dir"]) / "host" / "var-lib" / "kubelet" / "device-plugins" / "kubelet.sock").exists()
         holder_ns = realnode.mount_ns(node["pids"]["holder"])
         assert holder_ns not in before_ns
         # Every process of the node (kubelet, containerd, shims in its mount namespace; the pod's

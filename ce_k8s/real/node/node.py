@@ -10,8 +10,10 @@ release (:mod:`ce_k8s.real.kube.kubebuild`) on containerd, runc and the CNI brid
 
 * **Namespaces.** A holder process (`unshare --mount --propagation private --net`) owns a private
   mount namespace with a fresh tmpfs on `/run` (containerd's shim sockets, runc's state and the
-  fifos live there, hard-coded under `/run/containerd`) and a network namespace holding only `lo`
-  and the CNI bridge. containerd, its shims and the pods run in both; the kubelet runs in the mount
+  fifos live there, hard-coded under `/run/containerd`), the node's own directories bound over
+  `/var/lib` and `/var/log` (the kubelet's device-plugin socket and container-log links, and the CNI
+  cache and leases, are fixed paths there: `HIDDEN_HOST_DIRS`), and a network namespace holding only
+  `lo` and the CNI bridge. containerd, its shims and the pods run in both; the kubelet runs in the mount
   namespace only, so it reaches the API server on loopback and the API server reaches it on the
   node's loopback IP. Every mount the node makes dies with the namespace.
 * **No traffic beyond loopback and that namespace:** the node's name is a loopback IP (a host name
@@ -57,6 +59,13 @@ REAL_NODE_LABEL = "ce-k8s.test/real-node"
 DEAD_REGISTRY = "http://127.0.0.1:9"     # discard port: nothing listens, a pull is refused at once
 POD_CIDR_BASE = "10.244"                  # inside the node's own network namespace only
 CGROUP_FS = Path("/sys/fs/cgroup")
+# Host directories a kubelet, containerd or the CNI plugins write to whatever they are told: the
+# kubelet's device-plugin socket (/var/lib/kubelet/device-plugins, a constant of its device manager),
+# its container-log links (/var/log/containers, another constant), and the CNI result cache and
+# host-local leases (/var/lib/cni, libcni's default). In the node's mount namespace each parent is a
+# bind of a directory of the node's own, so the host's /var/lib and /var/log get nothing and every
+# node has its own kubelet.sock.
+HIDDEN_HOST_DIRS = {"/var/lib": "host/var-lib", "/var/log": "host/var-log"}
 
 
 class RealNodeError(RuntimeError):
@@ -313,7 +322,12 @@ class RealNodes:
         """The namespaces' owner: a private mount namespace with a fresh /run, and a network
         namespace with only `lo` up."""
         d = Path(st.dir)
-        script = "mount -t tmpfs -o mode=0755,size=64m ce-k8s-node /run && ip link set lo up && exec sleep infinity"
+        binds = []
+        for host_dir, sub in HIDDEN_HOST_DIRS.items():
+            (d / sub).mkdir(parents=True, exist_ok=True)
+            binds.append(f"mount --bind {d / sub} {host_dir}")
+        script = " && ".join(["mount -t tmpfs -o mode=0755,size=64m ce-k8s-node /run", *binds,
+                              "ip link set lo up", "exec sleep infinity"])
         st.pids["holder"] = self._start(f"node-{st.index}-holder", [
             "unshare", "--mount", "--propagation", "private", "--net", "--", "sh", "-c", script])
         ns_before = mount_ns(os.getpid())
@@ -387,6 +401,7 @@ class RealNodes:
         if "holder" in st.pids:
             terminate(st.pids["holder"], timeout=5)
         shutil.rmtree(Path(st.dir) / "containerd", ignore_errors=True)
+        shutil.rmtree(Path(st.dir) / "host", ignore_errors=True)
         return left
 
 
