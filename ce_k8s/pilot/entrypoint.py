@@ -297,8 +297,9 @@ def main(env: dict[str, str] | None = None, host: sizing.Host | None = None) -> 
         return Exit.CONFIG
     times = "" if s.times.die is None else (
         f", retires in {int(s.times.retire - s.times.start)} s, dies in {int(s.times.die - s.times.start)} s")
+    devices = f" ({', '.join(size.gpu_ids)})" if size.gpu_ids else ""
     say(f"{s.name}: {size.cpus} CPUs ({size.sources['cpus']}), {size.memory_mb} MB ({size.sources['memory']}), "
-        f"{size.gpus} GPUs; collector {s.collector}; {token.kind} for {token.identity}; "
+        f"{size.gpus} GPUs{devices}; collector {s.collector}; {token.kind} for {token.identity}; "
         f"idle shutdown {s.idle_seconds} s{times}")
     sup = Supervisor(s, child_environment(env, token, config), pilot_id)
     signal.signal(signal.SIGTERM, sup.on_sigterm)

@@ -246,9 +246,11 @@ def condor_config(s: PilotSettings, size: Size, token: Token, pilot_id: str) -> 
     die = "" if s.times.die is None else f"GLIDEIN_ToDie = {int(s.times.die)}\n"
     start = "True" if s.times.retire is None else "(time() < $(GLIDEIN_ToRetire))"
     shutdown = "" if s.times.die is None else "STARTD.DAEMON_SHUTDOWN = time() > $(GLIDEIN_ToDie)\n"
-    # a count, not discovery: the pod's GPUs are what Kubernetes gave it (0 included)
-    gpus = f"MACHINE_RESOURCE_GPUs = {size.gpus}\n" + (
-        "ENVIRONMENT_FOR_AssignedGPUs = CUDA_VISIBLE_DEVICES\n" if size.gpus else "")
+    # a count or the devices' UUIDs, not discovery: the pod's GPUs are what Kubernetes gave it (0 included).
+    # A job is told its devices by HTCondor's own ENVIRONMENT_FOR_AssignedGPUs (CUDA_VISIBLE_DEVICES
+    # with only a "CUDA" prefix taken off); the bare variable name would keep nothing but the
+    # digits of a UUID (the real node showed it).
+    gpus = f"MACHINE_RESOURCE_GPUs = {', '.join(size.gpu_ids) or size.gpus}\n"
     interface = f"NETWORK_INTERFACE = {s.network_interface}\n" if s.network_interface else ""
     sec_file = (f"SCITOKENS_FILE = {token_path(s)}\n" if token.kind == "SCITOKENS" else "")
     return f"""\

@@ -15,6 +15,10 @@ resource, the first of these that answers wins (docs/pilot.md, "Sizing"):
   may use the node's; ce-k8s's own pods always have one). Never above `MemTotal`.
 * **GPUs**: `CE_K8S_PILOT_GPUS`; else `NVIDIA_VISIBLE_DEVICES` (what the NVIDIA device plugin sets:
   a list of indices or UUIDs; `all` counts `/dev/nvidiaN`; `none`/`void`/empty is 0); else 0.
+  When the list is of UUIDs (`GPU-…`, `MIG-…`: the plugin's default), they are the startd's GPU
+  IDs too, so a user's job is told the very device Kubernetes gave the pod (`AssignedGPUs`, and
+  `CUDA_VISIBLE_DEVICES`, which takes UUIDs); an index is not, as a container renumbers its devices
+  from 0.
 
 The cgroup of the process is found under `/sys/fs/cgroup` at the path `/proc/self/cgroup` names
 (a host without a cgroup namespace) or at the mount's top (a container's own cgroup, as runc
@@ -50,6 +54,7 @@ class Size:
     memory_mb: int
     gpus: int
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    gpu_ids: tuple[str, ...] = ()       # the devices' UUIDs when NVIDIA_VISIBLE_DEVICES names them
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,12 @@ def visible_gpus(value: str | None, host: Host) -> int:
     return len([v for v in value.split(",") if v.strip()])
 
 
+def gpu_uuids(value: str | None) -> tuple[str, ...]:
+    """The device UUIDs NVIDIA_VISIBLE_DEVICES names, or () when it names anything else."""
+    ids = tuple(v.strip() for v in (value or "").split(",") if v.strip())
+    return ids if ids and all(re.fullmatch(r"(GPU|MIG)-[A-Za-z0-9_./-]+", v) for v in ids) else ()
+
+
 def _explicit(env: dict[str, str], name: str) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -239,4 +250,7 @@ def size(env: dict[str, str], host: Host | None = None) -> Size:
     else:
         gpus = visible_gpus(env.get("NVIDIA_VISIBLE_DEVICES"), host)
         sources["gpus"] = "NVIDIA_VISIBLE_DEVICES" if "NVIDIA_VISIBLE_DEVICES" in env else "none visible"
+        ids = gpu_uuids(env.get("NVIDIA_VISIBLE_DEVICES"))
+        if ids:
+            return Size(cpus, memory, gpus, sources, ids)
     return Size(cpus, memory, gpus, sources)

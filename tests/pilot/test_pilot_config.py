@@ -179,10 +179,16 @@ def test_deadline_knobs(tmp_path):
 def test_gpu_and_interface_knobs(tmp_path):
     size = Size(8, 65536, 2, {"cpus": "x", "memory": "y"})
     _, k = config_for(tmp_path, size, CE_K8S_PILOT_NETWORK_INTERFACE="10.1.2.3")
-    assert k["MACHINE_RESOURCE_GPUs"] == "2" and k["ENVIRONMENT_FOR_AssignedGPUs"] == "CUDA_VISIBLE_DEVICES"
+    assert k["MACHINE_RESOURCE_GPUs"] == "2" and "ENVIRONMENT_FOR_AssignedGPUs" not in k   # HTCondor's default
     assert k["SLOT_TYPE_1"] == "cpus=8, memory=65536, gpus=2"
     assert (k["NUM_CPUS"], k["MEMORY"]) == ("8", "65536")
     assert k["NETWORK_INTERFACE"] == "10.1.2.3"
+
+
+def test_gpu_uuids_are_the_startd_s_gpu_ids(tmp_path):
+    device = "GPU-00000000-0000-4000-8000-ce8c00000001"
+    _, k = config_for(tmp_path, Size(2, 4096, 1, {"cpus": "x", "memory": "y"}, (device,)))
+    assert k["MACHINE_RESOURCE_GPUs"] == device and k["SLOT_TYPE_1"] == "cpus=2, memory=4096, gpus=1"
 
 
 def test_a_scitoken_config_uses_the_scitokens_method(tmp_path):

@@ -135,6 +135,20 @@ def test_gpus_from_nvidia_visible_devices(tmp_path, visible, gpus):
     assert s.gpus == gpus and s.sources["gpus"] == "NVIDIA_VISIBLE_DEVICES"
 
 
+@pytest.mark.parametrize(("visible", "ids"), [("GPU-1b2c,GPU-3d4e", ("GPU-1b2c", "GPU-3d4e")),
+                                              ("MIG-9f/1/2", ("MIG-9f/1/2",)), ("0,1", ()), ("GPU-1b2c,1", ()),
+                                              ("all", ()), ("", ())])
+def test_uuids_are_the_gpu_ids_and_indices_are_not(tmp_path, visible, ids):
+    """A UUID names one device inside the container as outside; an index does not (a container's
+    devices are numbered from 0), so only UUIDs become the startd's GPU IDs."""
+    assert size({"NVIDIA_VISIBLE_DEVICES": visible}, tree(tmp_path, v1(memory=GIB))).gpu_ids == ids
+
+
+def test_an_explicit_gpu_count_names_no_device(tmp_path):
+    s = size({"CE_K8S_PILOT_GPUS": "1", "NVIDIA_VISIBLE_DEVICES": "GPU-1b2c,GPU-3d4e"}, tree(tmp_path, v1(memory=GIB)))
+    assert (s.gpus, s.gpu_ids) == (1, ())
+
+
 def test_all_gpus_counts_the_device_nodes(tmp_path):
     host = tree(tmp_path, v1(memory=GIB))
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):

@@ -9,7 +9,9 @@ it there, the output comes back to the user's directory, and the pilot leaves wh
 What the real node, runc and HTCondor judge: the job ran in the pod (its hostname is the pod's
 name) as uid 1000, never root, and its output returned; a pilot deleted or evicted while its job
 runs gets SIGTERM, vacates the job and ends 143 inside the pod's grace, and the user's job goes
-back to idle in the VO pool, not lost: the next pilot runs it. A node that is lost outright (the
+back to idle in the VO pool, not lost: the next pilot runs it. Through the agent, a whole-node
+pilot offers the pod's CPUs and a GPU pilot the one device the kubelet gave its pod (stand-in
+devices of ce_k8s.real.node.fakegpu: this machine has no GPU). A node that is lost outright (the
 kubelet gone with its pods) is not played here: the real node's kubelet is the bed's one node.
 """
 
@@ -24,12 +26,12 @@ from pathlib import Path
 import pytest
 
 from ce_k8s.pods.builder import SCRATCH_DIR
-from ce_k8s.real.node import pilotimage
+from ce_k8s.real.node import fakegpu, pilotimage
 from ce_k8s.real.node.vopool import VOPool
 
 from ..conftest import running_agent, wait_for
 from ..test_lifecycle import until
-from ..test_real_node import finished, log, removed, terminated
+from ..test_real_node import finished, log, pod_manifest, removed, terminated
 from ..test_real_node_pilots import finalize_output, pilot
 from .conftest import FIGURES
 from .test_pilot_pod import (
@@ -188,6 +190,20 @@ def ce_agent(real_kube, pilot_namespace):
         yield bed
 
 
+def image_pilot(agent, settings, ns: str, pool: VOPool, cluster: int, kind: str, **shape):
+    """A routed pilot of the pilot image (`Never`), as a factory sends it: its executable execs the
+    entry point, the pool's token is an input file; returned once the agent sees it running."""
+    ad = pilot(settings, ns, f"exec /{pilotimage.LAUNCHER}", cluster=cluster,
+               image=pilotimage.PILOT_IMAGE, K8sImagePullPolicy="Never", TransferInput="idtoken",
+               BatchRuntime=3600, **shape,
+               Environment=f"CE_K8S_PILOT_COLLECTOR={pool.address} "
+                           f"CE_K8S_PILOT_TOKEN_FILE={SCRATCH_DIR}/idtoken "
+                           f"CE_K8S_PILOT_IDLE_SECONDS=20 CE_K8S_PILOT_UPDATE_INTERVAL={UPDATE}")
+    (Path(ad["Iwd"]) / "idtoken").write_text(pool.pilot_token() + "\n")      # the factory's transfer
+    until(agent, ad, lambda a: a.get("JobStatus") == 2, f"the {kind} pilot running", timeout=120)
+    return ad
+
+
 def test_a_whole_node_pilot_the_agent_runs_from_the_image_serves_users_jobs_on_the_pods_cpus(
         ce_agent, admin_core, pilot_namespace, node, vo_pool):
     """The product's own pod (the agent on its ServiceAccount's token, the pod builder's restricted
@@ -202,14 +218,8 @@ def test_a_whole_node_pilot_the_agent_runs_from_the_image_serves_users_jobs_on_t
     exit code 0 and the pilot's own last words."""
     agent, settings, _ = ce_agent
     cluster = vo_pool.submit("whole", description(15, "whole").replace("queue 1", "queue 3"), {"job.sh": JOB})
-    ad = pilot(settings, pilot_namespace, f"exec /{pilotimage.LAUNCHER}", cluster=5170,
-               image=pilotimage.PILOT_IMAGE, K8sImagePullPolicy="Never", TransferInput="idtoken",
-               WantWholeNode=True, K8sWholeNodeCpus=2, K8sWholeNodeMemory=1024, BatchRuntime=3600,
-               Environment=f"CE_K8S_PILOT_COLLECTOR={vo_pool.address} "
-                           f"CE_K8S_PILOT_TOKEN_FILE={SCRATCH_DIR}/idtoken "
-                           f"CE_K8S_PILOT_IDLE_SECONDS=20 CE_K8S_PILOT_UPDATE_INTERVAL={UPDATE}")
-    (Path(ad["Iwd"]) / "idtoken").write_text(vo_pool.pilot_token() + "\n")      # the factory's transfer
-    until(agent, ad, lambda a: a.get("JobStatus") == 2, "the whole-node pilot running", timeout=120)
+    ad = image_pilot(agent, settings, pilot_namespace, vo_pool, 5170, "whole-node",
+                     WantWholeNode=True, K8sWholeNodeCpus=2, K8sWholeNodeMemory=1024)
     pod = ad["K8sPodName"]
 
     def user_ads() -> list[dict]:
@@ -235,3 +245,92 @@ def test_a_whole_node_pilot_the_agent_runs_from_the_image_serves_users_jobs_on_t
     # its end planned by its pod's deadline (CE_K8S_DEADLINE_SECONDS = activeDeadlineSeconds 3600):
     # ToDie = 3600 - grace 25 - margin 60 after its start
     assert "retires in 3515 s, dies in 3515 s" in out + err, out + err
+
+
+# ------------------------------------------------------------------ a GPU route (stand-in devices)
+GPU_JOB = """\
+#!/bin/sh
+# a VO user's GPU job: the devices HTCondor assigned it, as CUDA would be told
+echo "uid=$(id -u) assigned=$_CONDOR_AssignedGPUs cuda=$CUDA_VISIBLE_DEVICES host=$(hostname)"
+sleep "$2"
+"""
+
+
+def gpu_description(gpus: int, seconds: int) -> str:
+    return description(seconds, f"gpu{gpus}").replace("request_cpus = 1", f"request_cpus = 1\nrequest_gpus = {gpus}")
+
+
+def node_gpus(admin_core, name: str) -> tuple[str | None, str | None]:
+    status = admin_core.read_node(name).status
+    return (status.capacity or {}).get(fakegpu.RESOURCE), (status.allocatable or {}).get(fakegpu.RESOURCE)
+
+
+@pytest.fixture
+def fake_gpus(real_kube, admin_core, node):
+    """Two stand-in GPUs on the real node (ce_k8s.real.node.fakegpu: the kubelet's device-plugin API;
+    the kubelet, the scheduler and runc do the rest). Stopped after the test: the kubelet then marks
+    them unhealthy at once (allocatable 0), and forgets them after its grace period."""
+    st = real_kube.state()
+    binary = fakegpu.build(st.version, progress=lambda m: print(f"fake gpu: {m}", flush=True))
+    gpus = fakegpu.FakeGPUs(binary, node.pids["holder"], Path(node.dir), count=2)
+    gpus.start()
+    try:
+        wait_for(lambda: node_gpus(admin_core, node.name) == ("2", "2"), 60, poll=0.5,
+                 what="the node's allocatable nvidia.com/gpu 2", on_timeout=lambda: node_gpus(admin_core, node.name))
+        yield gpus
+    finally:
+        gpus.stop()
+        wait_for(lambda: node_gpus(admin_core, node.name)[1] in (None, "0"), 60, poll=0.5,
+                 what="the kubelet to take the stopped plugin's GPUs out of allocatable")
+
+
+def test_a_gpu_pilot_offers_the_one_gpu_the_kubelet_gave_its_pod_and_no_more(
+        ce_agent, admin_core, pilot_namespace, node, vo_pool, fake_gpus):
+    """A GPU route (`RequestGPUs = 1`) on a node with two GPUs: the pod asks for one
+    `nvidia.com/gpu`, the kubelet's device manager picks the device and the plugin's answer puts
+    NVIDIA_VISIBLE_DEVICES into the container. The pilot's startd offers that one device, by its
+    UUID: a user's one-GPU job runs with CUDA_VISIBLE_DEVICES naming it, and a two-GPU job never
+    matches (the slots the pod was given, no more). The node's second GPU is still free, and a pod
+    asking for two waits, Unschedulable: Kubernetes, not the pilot, decides who holds a device."""
+    agent, settings, _ = ce_agent
+    one = vo_pool.submit("gpu1", gpu_description(1, 5), {"job.sh": GPU_JOB})
+    two = vo_pool.submit("gpu2", gpu_description(2, 5), {"job.sh": GPU_JOB})
+    ad = image_pilot(agent, settings, pilot_namespace, vo_pool, 5180, "GPU",
+                     RequestCpus=1, RequestMemory=512, RequestGPUs=1)
+    pod = ad["K8sPodName"]
+    limits = admin_core.read_namespaced_pod(pod, pilot_namespace).spec.containers[0].resources.limits
+    assert limits[fakegpu.RESOURCE] == "1", limits
+    # one Allocate per container of the pod that asks (the sandbox's init container too): the
+    # kubelet hands the init container's device on to the pilot's, one device in all
+    allocations = fake_gpus.allocations()
+    assert {tuple(a) for a in allocations} == {(allocations[0][0],)}, allocations
+    device = allocations[0][0]
+
+    # the node's other GPU is free; two are not, so a pod asking for two waits
+    greedy = pod_manifest("wants-two-gpus", "sleep 60")
+    greedy["spec"]["containers"][0]["resources"]["limits"][fakegpu.RESOURCE] = "2"
+    greedy["spec"]["containers"][0]["resources"]["requests"][fakegpu.RESOURCE] = "2"
+    admin_core.create_namespaced_pod(pilot_namespace, greedy)
+    try:
+        def unschedulable():
+            conds = admin_core.read_namespaced_pod("wants-two-gpus", pilot_namespace).status.conditions or []
+            return next((c for c in conds if c.type == "PodScheduled" and c.reason == "Unschedulable"), None)
+        cond = wait_for(unschedulable, 60, poll=0.5, what="the two-GPU pod Unschedulable")
+        assert f"Insufficient {fakegpu.RESOURCE}" in cond.message, cond.message
+    finally:
+        admin_core.delete_namespaced_pod("wants-two-gpus", pilot_namespace, grace_period_seconds=0)
+
+    done = wait_for(lambda: (a := job(vo_pool, one))["JobStatus"] == COMPLETED and a, 180, poll=1,
+                    what="the one-GPU job to complete in the pilot",
+                    on_timeout=lambda: f"{job(vo_pool, one)}\n{vo_pool.log('NegotiatorLog')}")
+    assert done["ExitCode"] == 0 and pod in done["LastRemoteHost"], done
+    assert vo_pool.user_file("gpu1", "job.out").strip() == f"uid=1000 assigned={device} cuda={device} host={pod}"
+    slots = vo_pool.run('condor_status -af Name TotalSlotGPUs AssignedGPUs -constraint "PartitionableSlot =?= true"',
+                        cwd="/").stdout
+    assert [line.split()[1:] for line in slots.splitlines() if pod in line] == [["1", device]], slots
+    until(agent, ad, lambda a: a.get("JobStatus") == 4, "the GPU pilot completed", timeout=120)
+    assert ad["ExitCode"] == 0, dict(ad)
+    assert job(vo_pool, two)["JobStatus"] == IDLE          # never matched: the pilot had one GPU
+    vo_pool.run(f"condor_rm {two}", cwd="/")
+    out, err = finalize_output(agent, settings, ad)
+    assert f"1 GPUs ({device})" in out + err and "exit 0 (IDLE)" in out + err, out + err
