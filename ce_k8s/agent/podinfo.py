@@ -34,6 +34,11 @@ IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImag
                                 "RegistryUnavailable"})
 CONFIG_ERROR_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError"})
 CANNOT_RUN_REASONS = frozenset({"RunContainerError", "CrashLoopBackOff", "StartError", "ContainerCannotRun"})
+# A terminated container whose exit status nobody saw: containerd's placeholder when the task died
+# with its shim (a node lost outright and back: "Unknown", 255, seen on the real node) and the
+# kubelet's when the container is gone at the pod's end ("ContainerStatusUnknown", 137). The
+# number is not the pilot's.
+NO_EXIT_STATUS_REASONS = frozenset({"Unknown", "ContainerStatusUnknown"})
 EVICTION_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated",
                               "NodeAffinity", "UnexpectedAdmissionError"})
 

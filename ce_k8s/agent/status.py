@@ -25,6 +25,7 @@ from ce_k8s.agent.podinfo import (
     CONFIG_ERROR_REASONS,
     EVICTION_REASONS,
     IMAGE_PULL_REASONS,
+    NO_EXIT_STATUS_REASONS,
     PodInfo,
 )
 from ce_k8s.holds import hold_attributes
@@ -264,6 +265,10 @@ def _finish_hold(pod: PodInfo) -> Decision | None:
     if pod.phase == "Failed" and pod.exit_code is None:
         return Decision(_held("container-crashed", pod, pod=pod.name,
                               message=_one_line(f"{pod.reason}: {pod.message}" if pod.reason else pod.message)))
+    if pod.phase == "Failed" and pod.term_reason in NO_EXIT_STATUS_REASONS:
+        return Decision(_held("container-crashed", pod, pod=pod.name, message=(
+            f"its container ended {pod.term_reason} (the runtime's placeholder {pod.exit_code}, not the pilot's "
+            "exit code): the container died unseen, as when its node is lost")))
     return None
 
 

@@ -166,6 +166,7 @@ class PilotSettings:
     times: Times
     update_interval: int = DEFAULT_UPDATE_INTERVAL   # the startd's ad to the collector, every this many s
     network_interface: str | None = None
+    ca_file: str | None = None   # the CAs that sign the VO collector's host certificate (SciTokens run in TLS)
 
     @property
     def collector_address(self) -> tuple[str, int]:
@@ -207,7 +208,16 @@ def settings_from_env(env: dict[str, str], now: float | None = None) -> PilotSet
         times=times,
         update_interval=_seconds(env, "CE_K8S_PILOT_UPDATE_INTERVAL", DEFAULT_UPDATE_INTERVAL, 1),
         network_interface=env.get("CE_K8S_PILOT_NETWORK_INTERFACE", "").strip() or None,
+        ca_file=_ca_file(env),
     )
+
+
+def _ca_file(env: dict[str, str]) -> str | None:
+    """CE_K8S_PILOT_CA_FILE: an absolute path (a file of the pod's Secret beside the token), or None."""
+    value = env.get("CE_K8S_PILOT_CA_FILE", "").strip()
+    if value and not Path(value).is_absolute():
+        raise ConfigError(f"CE_K8S_PILOT_CA_FILE={value!r} is not an absolute path")
+    return value or None
 
 
 def token_path(s: PilotSettings) -> Path:
@@ -252,7 +262,10 @@ def condor_config(s: PilotSettings, size: Size, token: Token, pilot_id: str) -> 
     # digits of a UUID (the real node showed it).
     gpus = f"MACHINE_RESOURCE_GPUs = {', '.join(size.gpu_ids) or size.gpus}\n"
     interface = f"NETWORK_INTERFACE = {s.network_interface}\n" if s.network_interface else ""
-    sec_file = (f"SCITOKENS_FILE = {token_path(s)}\n" if token.kind == "SCITOKENS" else "")
+    # A SciToken is presented inside TLS: the pilot checks the collector's host certificate against
+    # the system's CAs, or the VO's own (CE_K8S_PILOT_CA_FILE) when its CA is not a public one.
+    sec_file = (f"SCITOKENS_FILE = {token_path(s)}\n" if token.kind == "SCITOKENS" else "") + (
+        f"AUTH_SSL_CLIENT_CAFILE = {s.ca_file}\n" if s.ca_file else "")
     return f"""\
 # ce-k8s pilot (ce_k8s/pilot; docs/pilot.md): a startd-only glidein sized from its pod.
 {layout(s.local_dir, uid, gid)}

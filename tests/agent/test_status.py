@@ -110,6 +110,17 @@ def test_failed_completes_with_real_exit_code():
     assert d.attrs["JobStatus"] == 4 and d.attrs["ExitCode"] == 3
 
 
+def test_an_exit_status_nobody_saw_is_held_not_completed():
+    """A node lost outright and back: containerd reports the dead container `Unknown`, 255 (the real
+    node, tests/real/node/test_vo_pool.py); the kubelet's own placeholder is ContainerStatusUnknown,
+    137. Neither number is the pilot's, so the job is held `container-crashed`, not completed."""
+    for reason, code in (("Unknown", 255), ("ContainerStatusUnknown", 137)):
+        d = run(pod("Failed", state={"terminated": {"exitCode": code, "reason": reason, "startedAt": T1,
+                                                    "finishedAt": T2}}))
+        assert d.attrs["JobStatus"] == 5 and d.attrs["HoldReasonSubCode"] == subcode("container-crashed"), d.attrs
+        assert f"ended {reason} (the runtime's placeholder {code}" in d.attrs["HoldReason"]
+
+
 def test_oom_killed_held():
     d = run(pod("Failed", state={"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": T1,
                                                 "finishedAt": T2}}))

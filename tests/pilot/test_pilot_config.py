@@ -77,6 +77,7 @@ def test_collector_without_port_uses_the_default():
     ({"CE_K8S_PILOT_COLLECTOR": "cm", "CE_K8S_PILOT_IDLE_SECONDS": "ten"}, "CE_K8S_PILOT_IDLE_SECONDS"),
     ({"CE_K8S_PILOT_COLLECTOR": "cm", "CE_K8S_PILOT_GRACE_SECONDS": "0"}, "below 1"),
     ({"CE_K8S_PILOT_COLLECTOR": "cm", "CE_K8S_PILOT_DEADLINE_SECONDS": "30"}, "leaves no time"),
+    ({"CE_K8S_PILOT_COLLECTOR": "cm", "CE_K8S_PILOT_CA_FILE": "cred/ca.crt"}, "CE_K8S_PILOT_CA_FILE.*absolute"),
 ])
 def test_settings_errors(env, message):
     with pytest.raises(pc.ConfigError, match=message):
@@ -195,6 +196,13 @@ def test_a_scitoken_config_uses_the_scitokens_method(tmp_path):
     _, k = config_for(tmp_path, token_text=jwt({"scope": "condor:/WRITE", "wlcg.ver": "1.0"}))
     assert k["SEC_CLIENT_AUTHENTICATION_METHODS"] == "SCITOKENS"
     assert k["SCITOKENS_FILE"] == str(tmp_path / "scratch" / "pilot" / "tokens.d" / "pilot.token")
+    assert "AUTH_SSL_CLIENT_CAFILE" not in k                 # HTCondor's default: the system's CAs
+
+
+def test_the_vo_s_ca_file_checks_the_collector_s_certificate(tmp_path):
+    _, k = config_for(tmp_path, token_text=jwt({"scope": "condor:/WRITE", "wlcg.ver": "1.0"}),
+                      CE_K8S_PILOT_CA_FILE="/ce-k8s/cred/ca.crt")
+    assert k["AUTH_SSL_CLIENT_CAFILE"] == "/ce-k8s/cred/ca.crt"
 
 
 def test_the_sizing_sources_are_in_a_comment(tmp_path):

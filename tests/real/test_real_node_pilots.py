@@ -36,18 +36,19 @@ def bed(real_kube, pilot_namespace):
         yield agent, settings, root
 
 
+REAL_NODE_TOLERATION = f'[ key = "{REAL_NODE_TAINT}"; operator = "Exists"; effect = "NoSchedule" ]'
+
+
 def pilot(settings, namespace: str, script: str, cluster: int = 5150, image: str = BUSYBOX_IMAGE, **extra):
     """A routed pilot whose sandbox's glidein_startup.sh is `script`, routed to the real node."""
     iwd = make_spool(Path(settings.spool).parent, cluster)
     (iwd / "glidein_startup.sh").write_text("#!/bin/sh\n" + script + "\n")
     gjid = f"ce.example.org#{cluster}.0#1760000000"
     extra.setdefault("RequestMemory", 64)
+    extra.setdefault("K8sTolerations", classad2.ExprTree(f'{{ {REAL_NODE_TOLERATION} }}'))
     return routed_ad(Path(settings.spool), cluster=cluster, gjid=gjid, K8sNamespace=namespace, K8sImage=image,
                      K8sPodName=pod_name(gjid, 0),
-                     K8sNodeSelector=classad2.ExprTree(f'[ {REAL_NODE_LABEL!r} = "true" ]'),
-                     K8sTolerations=classad2.ExprTree(
-                         f'{{ [ key = "{REAL_NODE_TAINT}"; operator = "Exists"; effect = "NoSchedule" ] }}'),
-                     **extra)
+                     K8sNodeSelector=classad2.ExprTree(f'[ {REAL_NODE_LABEL!r} = "true" ]'), **extra)
 
 
 def finalize_output(agent, settings, ad) -> tuple[str, str]:

@@ -24,6 +24,7 @@ signature `openssl dgst -sha256 -sign` makes. Test tooling: nothing in the produ
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import shutil
@@ -52,6 +53,15 @@ class IssuerError(RuntimeError):
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _san(name: str) -> str:
+    """A subjectAltName entry: `IP:` for an address (a pod network's gateway has no name), else `DNS:`."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return f"DNS:{name}"
+    return f"IP:{name}"
 
 
 def _openssl(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> bytes:
@@ -93,8 +103,8 @@ class TestIssuer:
 
     # ------------------------------------------------------------------ making it
     def create(self, hosts: dict[str, list[str]]) -> None:
-        """A fresh CA, a certificate per entry of `hosts` (name -> DNS names; each also gets
-        `IP:127.0.0.1`), the issuer's own certificate and the signing key with its JWKS."""
+        """A fresh CA, a certificate per entry of `hosts` (name -> DNS names or IP addresses; each
+        also gets `IP:127.0.0.1`), the issuer's own certificate and the signing key with its JWKS."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
@@ -104,7 +114,7 @@ class TestIssuer:
         for name, dns in {"issuer": ["localhost"], **hosts}.items():
             ext = self.dir / f"{name}.ext"
             ext.write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n"
-                           f"subjectAltName={','.join([*(f'DNS:{d}' for d in dns), 'IP:127.0.0.1'])}\n")
+                           f"subjectAltName={','.join([*(_san(d) for d in dns), 'IP:127.0.0.1'])}\n")
             _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
                      "-subj", f"/O=ce-k8s test bed/CN={dns[0]}", cwd=self.dir)
             _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
@@ -133,11 +143,17 @@ class TestIssuer:
         return f"{signing_input}.{_b64url(signature)}"
 
     # ------------------------------------------------------------------ running it
-    def start(self, timeout: float = 20.0) -> int:
+    def start(self, timeout: float = 20.0, netns_pid: int | None = None) -> int:
         """Serve in a process of its own session (the bed's daemons outlive `up`); wait until the
-        discovery document answers over HTTPS verified with the test CA; return its pid."""
-        log = open(self.dir / "issuer.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.real.condor.issuer", "serve", str(self.dir),
+        discovery document answers over HTTPS verified with the test CA; return its pid.
+
+        With `netns_pid`, in that process's network namespace (a real node's, where the VO pool
+        runs), on its loopback; this one cannot reach it there, so it waits for the server's own
+        word that its socket listens."""
+        log_file = self.dir / "issuer.log"
+        log = open(log_file, "ab")
+        enter = [] if netns_pid is None else ["nsenter", f"--target={netns_pid}", "--net", "--"]
+        proc = subprocess.Popen([*enter, sys.executable, "-m", "ce_k8s.real.condor.issuer", "serve", str(self.dir),
                                  str(self.port)],
                                 stdout=log, stderr=log, start_new_session=True)
         log.close()
@@ -148,7 +164,12 @@ class TestIssuer:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise IssuerError(f"the issuer exited ({proc.returncode}): "
-                                  f"{(self.dir / 'issuer.log').read_text(errors='replace')[-400:]}")
+                                  f"{log_file.read_text(errors='replace')[-400:]}")
+            if netns_pid is not None:
+                if f"serving {self.dir} on" in log_file.read_text(errors="replace"):
+                    return proc.pid
+                time.sleep(0.1)
+                continue
             try:
                 with urllib.request.urlopen(self.url + WELL_KNOWN, timeout=2, context=context) as resp:  # noqa: S310
                     if json.loads(resp.read()).get("jwks_uri"):

@@ -157,15 +157,52 @@ class KubeNodes:
             nodes.start_containerd(st, runtime)
             save()
             user = f"system:node:{name}"
-            kubeconfig = Path(st.dir) / "kubelet.kubeconfig"
-            self.clients.write_kubeconfig(kubeconfig, state.server,
+            self.clients.write_kubeconfig(Path(st.dir) / "kubelet.kubeconfig", state.server,
                                           token=self.layout.token_file(user).read_text().strip(), user=user)
-            pkidir = self.layout.state_dir / "pki"
-            nodes.start_kubelet(st, kubeconfig, self.layout.kubelet_ca, pkidir / f"kubelet-{name}.crt",
-                                pkidir / f"kubelet-{name}.key", {REAL_NODE_LABEL: "true"})
+            self._start_kubelet(nodes, st)
             save()
         self.processes.wait("the real nodes", lambda: self.named_ready(names), 120,
                             state.real_nodes[-1]["pids"]["kubelet"], f"node-{len(names)}-kubelet")
+
+    def _start_kubelet(self, nodes, st) -> None:
+        pkidir = self.layout.state_dir / "pki"
+        nodes.start_kubelet(st, Path(st.dir) / "kubelet.kubeconfig", self.layout.kubelet_ca,
+                            pkidir / f"kubelet-{st.name}.crt", pkidir / f"kubelet-{st.name}.key",
+                            {REAL_NODE_LABEL: "true"})
+
+    def lose_real(self, index: int = 1, progress: Callable[[str], None] = print) -> None:
+        """Real node `index` is lost outright: its kubelet, containerd, shims and containers
+        SIGKILLed at once (ce_k8s.real.node.node.RealNodes.crash); the API server hears nothing."""
+        from ce_k8s.real.node.node import NodeState, RealNodes, node_state_dict
+
+        state = self.layout.state()
+        assert state is not None and len(state.real_nodes) >= index
+        st = NodeState(**state.real_nodes[index - 1])
+        killed = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress).crash(st)
+        state.real_nodes[index - 1] = node_state_dict(st)
+        state.save(self.layout.state_file)
+        progress(f"real node {st.name} lost: {killed} processes SIGKILLed (kubelet, containerd, shims, containers)")
+
+    def return_real(self, index: int = 1, progress: Callable[[str], None] = print) -> None:
+        """Real node `index` comes back, as after a reboot: containerd on its old root (the dead
+        containers are still in its store, exited), then the kubelet, until the API server has it Ready."""
+        from ce_k8s.real.node import noderuntime
+        from ce_k8s.real.node.node import NodeState, RealNodes, node_state_dict
+
+        state = self.layout.state()
+        assert state is not None and len(state.real_nodes) >= index
+        st = NodeState(**state.real_nodes[index - 1])
+        nodes = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress)
+        runtime = noderuntime.build(state.version, progress=progress)      # warm: a stat
+        try:
+            nodes.start_containerd(st, runtime)
+            self._start_kubelet(nodes, st)
+        finally:
+            state.real_nodes[index - 1] = node_state_dict(st)
+            state.save(self.layout.state_file)
+        self.processes.wait(f"real node {st.name} back", lambda: self.named_ready([st.name]), 120,
+                            st.pids["kubelet"], f"node-{index}-kubelet")
+        progress(f"real node {st.name} is back and Ready")
 
     def import_image(self, image: str, archive: Path, progress: Callable[[str], None] = print) -> dict[str, float]:
         """Import one more OCI archive into every real node's containerd, on demand: an image only

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ce_k8s.real.node import noderuntime
-from ce_k8s.real.processes import terminate
+from ce_k8s.real.processes import alive, terminate
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +385,33 @@ class RealNodes:
             *self.in_namespaces(st, net=False), str(self.bin_dir / "kubelet"), f"--config={d / 'kubelet.yaml'}",
             f"--kubeconfig={kubeconfig}", f"--hostname-override={st.name}", f"--root-dir={d / 'kubelet'}",
             f"--cert-dir={d / 'pki'}", f"--node-labels={label_arg}", "--v=1"])
+
+    def crash(self, st: NodeState, timeout: float = 20.0) -> int:
+        """The node lost outright, as in a power cut of its software: the kubelet, containerd, the
+        shims and every container SIGKILLed at once, no SIGTERM anywhere, nothing told. The holder
+        stays (the node's network namespace, and the pods' own, mounted under its /run: their
+        addresses answer with a reset, as a rebooting machine's would), so the node can come back
+        (`KubeNodes.return_real`). Returns how many processes were killed."""
+        holder = st.pids["holder"]
+        ns = mount_ns(holder)
+        victims = {st.pids.get("kubelet"), st.pids.get("containerd"),
+                   *(pids_in_mount_ns(ns) if ns else []),
+                   *cgroup_pids(CGROUP_FS / "memory" / st.cgroup_root.strip("/"))} - {None, holder}
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        for pid in victims:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0 if pid in (st.pids.get("kubelet"), st.pids.get("containerd")) else os.WNOHANG)
+            while alive(pid):
+                if time.monotonic() > deadline:
+                    raise RealNodeError(f"pid {pid} of node {st.name} outlived SIGKILL for {timeout:.0f} s")
+                time.sleep(0.05)
+        for name in ("kubelet", "containerd"):
+            st.pids.pop(name, None)
+        (Path(st.dir) / "containerd.sock").unlink(missing_ok=True)    # so a restart waits for the new one
+        return len(victims)
 
     def stop(self, st: NodeState) -> list[str]:
         """Stop one node and undo it: kubelet, containerd, shims and containers killed, cgroups

@@ -15,7 +15,9 @@ This is that pool for the bed, HTCondor 25.14.1 from the same sid root as the pi
   pilot's token names `pilot@vo.ce-k8s.test` and is the only identity that may advertise a
   startd; the users submit on the pool's host, authenticated by FS (as on an access point).
   The schedd claims a pilot's slot with the match's own session (the negotiator hands the
-  startd's claim id over), so the pilot needs no key of the pool's.
+  startd's claim id over), so the pilot needs no key of the pool's. With `trust_scitokens`, the
+  SciTokens of the VO's issuer too (inside TLS: the collector's host certificate, its name
+  `COLLECTOR_NAME`, the issuer's CA in the pool's system store).
 * **A personal schedd.** The pool's daemons run as uid 1000, so every user job is uid 1000's
   (`vo-user` here); in the pilot it runs as the pilot's own uid, whatever it was submitted as.
 * **Fast cycles.** The negotiator and the schedd every 5 s, so a test's job starts seconds after
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ce_k8s.pilot.pilotconfig import layout
+from ce_k8s.real.condor.issuer import TestIssuer
 from ce_k8s.real.node.noderuntime import PILOT_UID
 
 TRUST_DOMAIN = "vo.ce-k8s.test"
@@ -51,6 +54,14 @@ POOL_DAEMONS = ("usr/sbin/condor_collector", "usr/sbin/condor_negotiator", "usr/
                 "usr/sbin/condor_shadow")
 CONFIG = "/vo/condor_config"
 JOBS = "/home/vo-user"            # the users' submit directories live under here
+SCITOKEN_SUBJECT = "vo-pilots"
+#: What a startd does at the collector: advertise itself and its master, read the pool.
+SCITOKEN_SCOPES = "condor:/READ condor:/ADVERTISE_STARTD condor:/ADVERTISE_MASTER"
+COLLECTOR_CERT = "vo-collector"   # the name of the collector's host certificate in the issuer's files
+#: The collector's host name, as a real VO's has one: a SciToken is presented inside TLS, and
+#: HTCondor checks the collector's certificate against the name it was asked for ("No SSL host name
+#: specified" for a bare address). Pods resolve it from their /etc/hosts (hostAliases): no DNS.
+COLLECTOR_NAME = "vo-collector.ce-k8s.test"
 
 
 class VOPoolError(RuntimeError):
@@ -135,10 +146,20 @@ class VOPool:
     ip: str
     port: int = PORT
     master: subprocess.Popen | None = field(default=None, repr=False)
+    issuer: TestIssuer | None = field(default=None, repr=False)      # set by trust_scitokens
 
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
+
+    @property
+    def named_address(self) -> str:
+        """The collector by its name (COLLECTOR_NAME): what a pilot that presents a SciToken is given."""
+        return f"{COLLECTOR_NAME}:{self.port}"
+
+    def host_alias(self) -> dict[str, object]:
+        """The pod's `hostAliases` entry that resolves COLLECTOR_NAME to the collector, from /etc/hosts."""
+        return {"ip": self.ip, "hostnames": [COLLECTOR_NAME]}
 
     # ------------------------------------------------------------------ files
     def prepare(self, image_archive: Path, sid_root: Path) -> None:
@@ -165,6 +186,53 @@ class VOPool:
         (vo / "passwords.d").chmod(0o700)
         (vo / "passwords.d" / "POOL").chmod(0o600)
         (self.rootfs / "tmp").chmod(0o1777)
+
+    def trust_scitokens(self, issuer: TestIssuer, subject: str = SCITOKEN_SUBJECT) -> None:
+        """Also take SciTokens, as a VO pool whose pilots carry its issuer's tokens: the issuer's
+        tokens for `subject` map to the pilot's identity. SCITOKENS runs inside TLS, so the
+        collector gets the host certificate `issuer` made for its name and address
+        (`create({COLLECTOR_CERT: [COLLECTOR_NAME, ip]})`), and scitokens-cpp (libcurl, the root's
+        system store) trusts the issuer's CA to fetch its keys. Before `start`."""
+        vo = self.rootfs / "vo"
+        ssl_dir = vo / "ssl"
+        ssl_dir.mkdir()
+        cert, key = issuer.host_cert(COLLECTOR_CERT)
+        for src, name, mode in ((cert, "host.crt", 0o644), (key, "host.key", 0o600), (issuer.ca_file, "ca.crt", 0o644)):
+            shutil.copyfile(src, ssl_dir / name)
+            (ssl_dir / name).chmod(mode)
+            os.chown(ssl_dir / name, PILOT_UID, PILOT_UID)
+        os.chown(ssl_dir, PILOT_UID, PILOT_UID)
+        with open(self.rootfs / "etc/hosts", "a") as fh:              # the pool's own tools use the name too
+            fh.write(f"{self.ip} {COLLECTOR_NAME}\n")
+        store = self.rootfs / "etc/ssl/certs/ca-certificates.crt"
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with open(store, "ab") as fh:                                   # the pool's copy, not the host's
+            fh.write(issuer.ca_file.read_bytes())
+        # HTCondor's map file: a regex between slashes, `/` and `.` escaped (a `\-` matches nothing there)
+        def literal(text: str) -> str:
+            return text.replace(".", "\\.").replace("/", "\\/")
+        (vo / "mapfile").write_text(f"SCITOKENS /^{literal(issuer.url)},{literal(subject)}$/ {PILOT_IDENTITY}\n")
+        with open(vo / "condor_config", "a") as fh:
+            fh.write(f"""
+# SciTokens of the VO's issuer ({issuer.url}) for its pilots, inside TLS
+SEC_DEFAULT_AUTHENTICATION_METHODS = FS, IDTOKENS, SCITOKENS
+CERTIFICATE_MAPFILE = /vo/mapfile
+# a key between slashes is a regex, any other a literal (as HTCondor-CE sets it); without this
+# every key is a regex, slashes included, and the line above would match nothing
+CERTIFICATE_MAPFILE_ASSUME_HASH_KEYS = True
+AUTH_SSL_SERVER_CERTFILE = /vo/ssl/host.crt
+AUTH_SSL_SERVER_KEYFILE = /vo/ssl/host.key
+AUTH_SSL_CLIENT_CAFILE = /vo/ssl/ca.crt
+SCITOKENS_SERVER_AUDIENCE = {self.named_address}
+""")
+        self.issuer = issuer
+
+    def pilot_scitoken(self, subject: str = SCITOKEN_SUBJECT, lifetime: int = 3600, audience: str | None = None) -> str:
+        """A SciToken of the pool's issuer (`trust_scitokens`) for the pilot: the authorizations a
+        startd needs (condor scopes), for this collector's audience unless told otherwise."""
+        if self.issuer is None:
+            raise VOPoolError("the pool takes no SciTokens: call trust_scitokens before start")
+        return self.issuer.mint(subject, audience or self.named_address, scopes=SCITOKEN_SCOPES, lifetime=lifetime)
 
     def pilot_token(self, identity: str = PILOT_IDENTITY, lifetime: int = 3600) -> str:
         """An IDTOKEN signed with the pool's key: what the frontend gives the factory for its pilots."""

@@ -167,9 +167,12 @@ def run_to_end(admin_core, ns: str, manifest: dict, figure: str, timeout: float 
 def wait_for_join(admin_core, ns: str, name: str) -> None:
     """Until the running pilot's log says its startd joined the collector."""
     def joined() -> bool:
-        running = admin_core.read_namespaced_pod(name, ns).status.phase == "Running"
-        return running and "joined the collector" in log(admin_core, ns, name)
-    wait_for(joined, 90, poll=0.5, what=f"the startd of {name} to join")
+        phase = admin_core.read_namespaced_pod(name, ns).status.phase
+        if phase in ("Succeeded", "Failed"):       # it will not join any more: say why at once
+            raise AssertionError(f"{name} ended {phase} before its startd joined: {log(admin_core, ns, name)[-1500:]}")
+        return phase == "Running" and "joined the collector" in log(admin_core, ns, name)
+    wait_for(joined, 90, poll=0.5, what=f"the startd of {name} to join",
+             on_timeout=lambda: f"its log: {log(admin_core, ns, name)[-1500:]}")
 
 
 def container_cgroup(node: NodeState, pod) -> Path:

@@ -11,8 +11,10 @@ name) as uid 1000, never root, and its output returned; a pilot deleted or evict
 runs gets SIGTERM, vacates the job and ends 143 inside the pod's grace, and the user's job goes
 back to idle in the VO pool, not lost: the next pilot runs it. Through the agent, a whole-node
 pilot offers the pod's CPUs and a GPU pilot the one device the kubelet gave its pod (stand-in
-devices of ce_k8s.real.node.fakegpu: this machine has no GPU). A node that is lost outright (the
-kubelet gone with its pods) is not played here: the real node's kubelet is the bed's one node.
+devices of ce_k8s.real.node.fakegpu: this machine has no GPU). A node lost outright (its kubelet,
+runtime and pods SIGKILLed at once) loses no user's job, and its pilot never runs again when the
+node comes back. A pilot whose credential is a SciToken of the VO's issuer (a real HTTPS issuer in
+the node's network, scitokens-cpp in the collector) joins as an IDTOKEN pilot does.
 """
 
 from __future__ import annotations
@@ -23,19 +25,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import classad2
 import pytest
 
+from ce_k8s.holds import HOLDS
 from ce_k8s.pods.builder import SCRATCH_DIR
+from ce_k8s.real.condor.issuer import TestIssuer
 from ce_k8s.real.node import fakegpu, pilotimage
-from ce_k8s.real.node.vopool import VOPool
+from ce_k8s.real.node.vopool import COLLECTOR_CERT, COLLECTOR_NAME, PILOT_IDENTITY, SCITOKEN_SUBJECT, VOPool
 
 from ..conftest import running_agent, wait_for
-from ..test_lifecycle import until
+from ..test_lifecycle import until, update
 from ..test_real_node import finished, log, pod_manifest, removed, terminated
-from ..test_real_node_pilots import finalize_output, pilot
+from ..test_real_node_pilots import REAL_NODE_TOLERATION, finalize_output, pilot
 from .conftest import FIGURES
 from .test_pilot_pod import (
     GRACE,
+    TOKEN_DIR,
     container_cgroup,
     ensure_bridge,
     gateway,
@@ -51,6 +57,7 @@ ATTRS = ("ClusterId", "ProcId", "JobStatus", "ExitCode", "RemoteHost", "LastRemo
          "QDate", "JobStartDate", "JobCurrentStartDate", "CompletionDate", "RemoteWallClockTime")
 RUNNING, IDLE, COMPLETED = 2, 1, 4
 UPDATE = 5                       # the pilots' UPDATE_INTERVAL: the pool sees them soon after they start
+VO_ISSUER_PORT = 9643            # in the node's network namespace, on its loopback
 
 JOB = """\
 #!/bin/sh
@@ -75,12 +82,18 @@ def vo_pool(real_kube, admin_client, node, pilot_image):
     ensure_bridge(client.CoreV1Api(admin_client), node)
     base = Path(tempfile.mkdtemp(prefix="ce-k8s-vo-pool-", dir="/var/tmp"))
     pool = VOPool(rootfs=base / "rootfs", netns_pid=node.pids["holder"], ip=gateway(node))
+    # the VO's SciTokens issuer, on the node network's loopback where only the pool's collector reaches it
+    issuer = TestIssuer(base / "issuer", VO_ISSUER_PORT)
     try:
+        issuer.create({COLLECTOR_CERT: [COLLECTOR_NAME, pool.ip]})
         pool.prepare(pilot_image.archive, pilotimage.default_root())
+        pool.trust_scitokens(issuer)
+        issuer.start(netns_pid=node.pids["holder"])
         pool.start(progress=lambda m: print(m, flush=True))
         yield pool
     finally:
         pool.stop()
+        issuer.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -96,6 +109,18 @@ def job_process(cgroup: Path) -> dict:
     return wait_for(lambda: (p := processes(cgroup)) and "sleep" in {comm for comm, _, _ in p.values()} and p,
                     30, poll=0.2, what="the job's process in the pilot's container",
                     on_timeout=lambda: f"{processes(cgroup)}")
+
+
+def retire(admin_core, ns: str, pool: VOPool, *names: str) -> None:
+    """Delete a test's long-lived pilots and wait until their startds have left the pool: the pool
+    lives for the module, and a pilot left idle would take the next test's jobs."""
+    for name in names:
+        admin_core.delete_namespaced_pod(name, ns)
+
+    def startds() -> list[str]:
+        return pool.run("condor_status -startd -af Machine", cwd="/").stdout.split()
+    wait_for(lambda: not set(names) & set(startds()), 60, poll=0.5, what=f"{names} to leave the pool",
+             on_timeout=startds)
 
 
 def start_pilot(admin_core, ns: str, pool: VOPool, name: str, **env: str) -> None:
@@ -178,7 +203,136 @@ def test_a_pilot_removed_while_its_job_runs_vacates_it_and_the_next_pilot_runs_i
                                 "restart_after_s": again["JobCurrentStartDate"] - back["JobCurrentStartDate"]}
     print(f"vacate_{how}: {json.dumps(FIGURES[f'vacate_{how}'])}", flush=True)
     vo_pool.run(f"condor_rm {cluster}", cwd="/")
+    retire(admin_core, pilot_namespace, vo_pool, second)
     admin_core.delete_namespaced_pod(second, pilot_namespace)
+
+
+# ------------------------------------------------------------------ a SciToken of the VO's issuer
+def test_a_pilot_with_a_scitoken_of_the_vo_s_issuer_joins_and_runs_a_users_job(admin_core, pilot_namespace,
+                                                                                vo_pool):
+    """The pilot's credential is a SciToken (WLCG profile, RS256) of the VO's issuer, a real HTTPS
+    issuer (ce_k8s.real.condor.issuer) in the node's network: the pool's collector verifies it as an
+    OSG pool does, scitokens-cpp fetching the issuer's keys over TLS, and maps issuer and subject to
+    the pilot's identity; the pilot checks the collector's host certificate with the VO's CA, a file
+    of its Secret beside the token (CE_K8S_PILOT_CA_FILE). A user's job then runs in it. A token
+    for another audience is refused, and the pilot says so and ends 3 (TOKEN) at once."""
+    def secret(name: str, token: str) -> None:
+        admin_core.create_namespaced_secret(pilot_namespace, {"metadata": {"name": name}, "stringData": {
+            "token": token + "\n", "ca.crt": vo_pool.issuer.ca_file.read_text()}})
+
+    def scitoken_pilot(name: str) -> dict:
+        manifest = pilot_pod(name, vo_pool.named_address, secret=name, CE_K8S_PILOT_CA_FILE=f"{TOKEN_DIR}/ca.crt",
+                             CE_K8S_PILOT_UPDATE_INTERVAL=str(UPDATE), CE_K8S_PILOT_IDLE_SECONDS="20")
+        manifest["spec"]["hostAliases"] = [vo_pool.host_alias()]
+        return manifest
+
+    name = "pilot-scitoken"
+    secret(name, vo_pool.pilot_scitoken())
+    cluster = vo_pool.submit("sci", description(5, "sci"), {"job.sh": JOB})
+    admin_core.create_namespaced_pod(pilot_namespace, scitoken_pilot(name))
+    wait_for_join(admin_core, pilot_namespace, name)
+    text = log(admin_core, pilot_namespace, name)
+    assert f"SCITOKENS for {SCITOKEN_SUBJECT}" in text, text
+    out = vo_pool.run("condor_status -startd -af Name AuthenticationMethod AuthenticatedIdentity", cwd="/").stdout
+    assert [line.split()[1:] for line in out.splitlines() if name in line] == [["SCITOKENS", PILOT_IDENTITY]], out
+    done = wait_for(lambda: (a := job(vo_pool, cluster))["JobStatus"] == COMPLETED and a, 120, poll=1,
+                    what="the user's job to complete in the SciToken pilot")
+    assert done["ExitCode"] == 0 and name in done["LastRemoteHost"], done
+    assert vo_pool.user_file("sci", "job.out").strip() == f"uid=1000 gid=1000 host={name}"
+    retire(admin_core, pilot_namespace, vo_pool, name)
+
+    secret("pilot-scitoken-elsewhere", vo_pool.pilot_scitoken(audience="elsewhere.example:9618"))
+    started = time.monotonic()
+    admin_core.create_namespaced_pod(pilot_namespace, scitoken_pilot("pilot-scitoken-elsewhere"))
+    pod = finished(admin_core, pilot_namespace, "pilot-scitoken-elsewhere", timeout=120)
+    seconds = time.monotonic() - started
+    refused = log(admin_core, pilot_namespace, "pilot-scitoken-elsewhere")
+    assert terminated(pod).exit_code == 3 and "refused the pilot's token" in refused, refused
+    FIGURES["scitoken"] = {"wrong_audience_exit": 3, "wrong_audience_s": round(seconds, 1)}
+    print(f"scitoken: {json.dumps(FIGURES['scitoken'])}", flush=True)
+
+
+# ------------------------------------------------------------------ a node lost outright
+LEASE = 30          # the user's job_lease_duration: how long its schedd waits for a lost pilot
+
+
+def node_ready(admin_core, name: str) -> str:
+    conds = admin_core.read_node(name).status.conditions or []
+    return next((c.status for c in conds if c.type == "Ready"), "?")
+
+
+def test_a_node_lost_outright_loses_no_users_job_and_its_pilot_never_runs_again(
+        real_kube, ce_agent, admin_core, pilot_namespace, node, vo_pool):
+    """The node is lost while a user's job runs in a pilot the agent made: kubelet, containerd,
+    shims and containers SIGKILLed at once (KubeNodes.lose_real), no SIGTERM, nobody told. The API
+    server's node controller marks the node Unknown; the agent keeps the routed job running (nobody
+    knows better) and makes no second pod; the VO pool's schedd cannot reach the pilot and, when the
+    job's lease runs out, gives the job back: idle, not lost. The node comes back, as after a reboot,
+    before the taint manager evicted the pod (the route tolerates an unreachable node for an hour; a
+    pod tolerates it 300 s by default): the real kubelet finds the pilot's container dead and, the pod
+    being restartPolicy Never, ends it Failed without starting it again (a pilot runs once); the
+    runtime's `Unknown` 255 is not the pilot's exit code, so the agent holds the routed job
+    `container-crashed`. The next pilot runs the user's job to completion."""
+    agent, settings, _ = ce_agent
+    leased = description(20, "lost").replace("queue 1", f"job_lease_duration = {LEASE}\nqueue 1")
+    cluster = vo_pool.submit("lost", leased, {"job.sh": JOB})
+    unreachable = ", ".join(
+        f'[ key = "{key}"; operator = "Exists"; effect = "NoExecute"; tolerationSeconds = 3600 ]'
+        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"))
+    ad = image_pilot(agent, settings, pilot_namespace, vo_pool, 5190, "node-lost", RequestCpus=1, RequestMemory=512,
+                     K8sTolerations=classad2.ExprTree(f"{{ {REAL_NODE_TOLERATION}, {unreachable} }}"))
+    first = ad["K8sPodName"]
+    wait_for(lambda: job(vo_pool, cluster)["JobStatus"] == RUNNING, 120, poll=1,
+             what=f"the user's job to run in {first}")
+    before = admin_core.read_namespaced_pod(first, pilot_namespace)
+    job_process(container_cgroup(node, before))
+    started = before.status.container_statuses[0].state.running.started_at
+
+    lost = time.monotonic()
+    real_kube.nodes.lose_real(1, progress=lambda m: print(m, flush=True))
+    try:
+        wait_for(lambda: node_ready(admin_core, node.name) == "Unknown", 60, poll=0.5,
+                 what="the node controller to mark the lost node Unknown")
+        unknown_s = time.monotonic() - lost
+        back = wait_for(lambda: (a := job(vo_pool, cluster))["JobStatus"] == IDLE and a, LEASE + 120, poll=1,
+                        what="the user's job to be idle again when its lease ran out",
+                        on_timeout=lambda: f"{job(vo_pool, cluster)}\n{vo_pool.log('ShadowLog')}")
+        idle_s = time.monotonic() - lost
+        assert first in back.get("LastRemoteHost", ""), back
+        # the API server still has the pod Running on the lost node, and so has the CE
+        assert admin_core.read_namespaced_pod(first, pilot_namespace).status.phase == "Running"
+        update(agent, ad)
+        assert ad["JobStatus"] == 2, dict(ad)
+    finally:
+        real_kube.nodes.return_real(1, progress=lambda m: print(m, flush=True))
+
+    def ended():
+        pod = admin_core.read_namespaced_pod(first, pilot_namespace)
+        return pod.status.phase in ("Failed", "Succeeded") and pod
+    after = wait_for(ended, 120, poll=0.5, what="the returned kubelet to end the lost pilot's pod",
+                     on_timeout=lambda: admin_core.read_namespaced_pod(first, pilot_namespace).status)
+    status = after.status.container_statuses[0]
+    term = status.state.terminated
+    assert after.status.phase == "Failed" and status.restart_count == 0 and term is not None, after.status
+    assert term.started_at == started and status.last_state.terminated is None, status    # never started again
+    until(agent, ad, lambda a: a.get("JobStatus") == 5, "the routed job held", timeout=60)
+    assert ad["HoldReasonSubCode"] == HOLDS["container-crashed"].subcode, dict(ad)
+    assert f"ended {term.reason} (the runtime's placeholder {term.exit_code}" in ad["HoldReason"], ad["HoldReason"]
+    pods = [p.metadata.name for p in admin_core.list_namespaced_pod(pilot_namespace).items]
+    assert [name for name in pods if name.startswith("ce-5190-")] == [first], pods      # no second attempt
+
+    second = "pilot-lost-2"
+    token_secret(admin_core, pilot_namespace, vo_pool.pilot_token())
+    start_pilot(admin_core, pilot_namespace, vo_pool, second)
+    done = wait_for(lambda: (a := job(vo_pool, cluster))["JobStatus"] == COMPLETED and a, 180, poll=1,
+                    what=f"the user's job to complete in {second}")
+    assert done["ExitCode"] == 0 and second in done["LastRemoteHost"], done
+    assert vo_pool.user_file("lost", "job.out").startswith(f"uid=1000 gid=1000 host={second}")
+    retire(admin_core, pilot_namespace, vo_pool, second)
+    FIGURES["node_lost"] = {"to_node_unknown_s": round(unknown_s, 1), "to_job_idle_s": round(idle_s, 1),
+                            "lease_s": LEASE, "lost_pod": f"{after.status.phase} {term.reason} {term.exit_code}",
+                            "ce": f"held {ad['HoldReasonCode']}/{ad['HoldReasonSubCode']}"}
+    print(f"node_lost: {json.dumps(FIGURES['node_lost'])}", flush=True)
 
 
 # ------------------------------------------------------------------ the CE's pilot, through the agent
