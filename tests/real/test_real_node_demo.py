@@ -47,7 +47,7 @@ def test_real_pilots_run_the_vo_users_jobs_and_leave_idle(real_kube, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "ce_k8s.cli", "demo", "--kube", "real", "--kube-state", str(real_kube.state_dir),
          "--condor", "real", "--state", str(tmp_path / "condor"), "--factory", "--pilot", "real",
-         "--pilots", str(pilots), "--user-jobs", str(users), "--job-seconds", "10", "--json", "--timeout", "300"],
+         "--pilots", str(pilots), "--user-jobs", str(users), "--job-seconds", "5", "--json", "--timeout", "300"],
         capture_output=True, text=True, cwd=REPO, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)

@@ -41,10 +41,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ce_k8s.pilot.pilotconfig import layout
-from ce_k8s.real.condor.issuer import TestIssuer
 from ce_k8s.real.node.noderuntime import PILOT_UID
+
+if TYPE_CHECKING:                   # the bed's issuer (ce_k8s.real.condor.issuer) is handed in, not imported
+    from ce_k8s.real.condor.issuer import TestIssuer
 
 TRUST_DOMAIN = "vo.ce-k8s.test"
 PILOT_IDENTITY = f"pilot@{TRUST_DOMAIN}"

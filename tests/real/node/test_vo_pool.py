@@ -11,7 +11,7 @@ name) as uid 1000, never root, and its output returned; a pilot deleted or evict
 runs gets SIGTERM, vacates the job and ends 143 inside the pod's grace, and the user's job goes
 back to idle in the VO pool, not lost: the next pilot runs it. Through the agent, a whole-node
 pilot offers the pod's CPUs and a GPU pilot the one device the kubelet gave its pod (stand-in
-devices of ce_k8s.real.node.fakegpu: this machine has no GPU). A node lost outright (its kubelet,
+devices of ce_k8s.real.kube.fakegpu: this machine has no GPU). A node lost outright (its kubelet,
 runtime and pods SIGKILLed at once) loses no user's job, and its pilot never runs again when the
 node comes back. A pilot whose credential is a SciToken of the VO's issuer (a real HTTPS issuer in
 the node's network, scitokens-cpp in the collector) joins as an IDTOKEN pilot does.
@@ -31,7 +31,8 @@ import pytest
 from ce_k8s.holds import HOLDS
 from ce_k8s.pods.builder import SCRATCH_DIR
 from ce_k8s.real.condor.issuer import TestIssuer
-from ce_k8s.real.node import fakegpu, pilotimage
+from ce_k8s.real.kube import fakegpu
+from ce_k8s.real.node import pilotimage
 from ce_k8s.real.node.vopool import COLLECTOR_CERT, COLLECTOR_NAME, PILOT_IDENTITY, SCITOKEN_SUBJECT, VOPool
 
 from ..conftest import running_agent, wait_for
@@ -132,7 +133,7 @@ def start_pilot(admin_core, ns: str, pool: VOPool, name: str, **env: str) -> Non
 def test_a_users_job_runs_in_the_pilot_as_uid_1000_and_its_output_comes_back(admin_core, pilot_namespace, node,
                                                                              vo_pool):
     token_secret(admin_core, pilot_namespace, vo_pool.pilot_token())
-    cluster = vo_pool.submit("hello", description(10, "hello"), {"job.sh": JOB})
+    cluster = vo_pool.submit("hello", description(5, "hello"), {"job.sh": JOB})
     submitted = time.monotonic()
     name = "pilot-user-job"
     start_pilot(admin_core, pilot_namespace, vo_pool, name, CE_K8S_PILOT_IDLE_SECONDS="20")
@@ -253,7 +254,7 @@ def test_a_pilot_with_a_scitoken_of_the_vo_s_issuer_joins_and_runs_a_users_job(a
 
 
 # ------------------------------------------------------------------ a node lost outright
-LEASE = 30          # the user's job_lease_duration: how long its schedd waits for a lost pilot
+LEASE = 20          # the user's job_lease_duration: how long its schedd waits for a lost pilot
 
 
 def node_ready(admin_core, name: str) -> str:
@@ -274,7 +275,7 @@ def test_a_node_lost_outright_loses_no_users_job_and_its_pilot_never_runs_again(
     runtime's `Unknown` 255 is not the pilot's exit code, so the agent holds the routed job
     `container-crashed`. The next pilot runs the user's job to completion."""
     agent, settings, _ = ce_agent
-    leased = description(20, "lost").replace("queue 1", f"job_lease_duration = {LEASE}\nqueue 1")
+    leased = description(8, "lost").replace("queue 1", f"job_lease_duration = {LEASE}\nqueue 1")
     cluster = vo_pool.submit("lost", leased, {"job.sh": JOB})
     unreachable = ", ".join(
         f'[ key = "{key}"; operator = "Exists"; effect = "NoExecute"; tolerationSeconds = 3600 ]'
@@ -371,7 +372,7 @@ def test_a_whole_node_pilot_the_agent_runs_from_the_image_serves_users_jobs_on_t
     CE_K8S_DEADLINE_SECONDS), leaves idle, and the agent reports the routed job completed with
     exit code 0 and the pilot's own last words."""
     agent, settings, _ = ce_agent
-    cluster = vo_pool.submit("whole", description(15, "whole").replace("queue 1", "queue 3"), {"job.sh": JOB})
+    cluster = vo_pool.submit("whole", description(8, "whole").replace("queue 1", "queue 3"), {"job.sh": JOB})
     ad = image_pilot(agent, settings, pilot_namespace, vo_pool, 5170, "whole-node",
                      WantWholeNode=True, K8sWholeNodeCpus=2, K8sWholeNodeMemory=1024)
     pod = ad["K8sPodName"]
@@ -421,7 +422,7 @@ def node_gpus(admin_core, name: str) -> tuple[str | None, str | None]:
 
 @pytest.fixture
 def fake_gpus(real_kube, admin_core, node):
-    """Two stand-in GPUs on the real node (ce_k8s.real.node.fakegpu: the kubelet's device-plugin API;
+    """Two stand-in GPUs on the real node (ce_k8s.real.kube.fakegpu: the kubelet's device-plugin API;
     the kubelet, the scheduler and runc do the rest). Stopped after the test: the kubelet then marks
     them unhealthy at once (allocatable 0), and forgets them after its grace period."""
     st = real_kube.state()
