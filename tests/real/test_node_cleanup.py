@@ -10,6 +10,7 @@ kubelet rewrites at start.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -142,10 +143,24 @@ def assert_clean(before_ns: set[str], state_dir: Path, cgroup_root: str, origina
     assert read_sysctls() == original
 
 
-def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
+@pytest.fixture
+def own_state(request) -> Path:
+    """The state directory of the test's own bed, under /var/tmp (as a site's). Gone after the
+    test, also after a failed one: its bed taken down, what still names it killed."""
+    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-{request.node.originalname.rsplit('_', 1)[-1]}"
+    yield state
+    if RealKube(state).state_file.exists():
+        RealKube(state).down(progress=lambda m: None)
+    for line in processes_naming(str(state)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_failed_start_is_undone(own_state, original_sysctls, monkeypatch):
     """The kubelet cannot start (a configuration it refuses): `up` fails, naming its log, and
     leaves nothing behind, the sysctls included."""
-    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-failed"
+    state = own_state
     before_ns, before_paths = namespaces(), HOST_PATHS_BEFORE_ANY_BED
     real_config = realnode.kubelet_config
 
@@ -161,17 +176,24 @@ def test_a_failed_start_is_undone(tmp_path, original_sysctls, monkeypatch):
     shutil.rmtree(state, ignore_errors=True)
 
 
-def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, original_sysctls):
+def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(own_state, original_sysctls):
     """The worst case of `down`: a test run killed with its bed up (a pod running on the real node).
     The reaper runs the bed's own `down`, the one `ce-k8s testbed real-kube down` and every test
-    fixture run, and nothing is left: processes, mounts, cgroups, namespaces, host paths, sysctls."""
-    state = Path("/var/tmp") / f"ce-k8s-cleanup-{os.getpid()}-reaped"
+    fixture run, and nothing is left: processes, mounts, cgroups, namespaces, host paths, sysctls;
+    nor what a test started in the node's network namespace without telling the bed (the VO pool's
+    SciTokens issuer, its own session, its command line naming the bed's state directory)."""
+    state = own_state
     before_ns, before_paths = namespaces(), HOST_PATHS_BEFORE_ANY_BED
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys, time
+        from ce_k8s.real.condor.issuer import TestIssuer
         from ce_k8s.real.kube.kube import RealKube
-        RealKube({str(state)!r}).up(nodes={SMALL_NODES!r}, progress=lambda m: None, real_nodes=1,
-                                    owner_pid=os.getpid())
+        env = RealKube({str(state)!r})
+        env.up(nodes={SMALL_NODES!r}, progress=lambda m: None, real_nodes=1, owner_pid=os.getpid())
+        # as the VO pool's fixture does: a SciTokens issuer in the node's network namespace
+        issuer = TestIssuer(env.state_dir / "vo-issuer", 9643)
+        issuer.create({{}})
+        issuer.start(netns_pid=env.state().real_nodes[0]["pids"]["holder"])
         print("up", flush=True)
         time.sleep(3600)
         """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
@@ -187,6 +209,10 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(tmp_path, origi
         assert (Path(node["dir"]) / "host" / "var-lib" / "kubelet" / "device-plugins" / "kubelet.sock").exists()
         holder_ns = realnode.mount_ns(node["pids"]["holder"])
         assert holder_ns not in before_ns
+        issuer_pid = int((state / "vo-issuer" / "issuer.pid").read_text())
+        net = {pid: os.readlink(f"/proc/{pid}/ns/net") for pid in (issuer_pid, node["pids"]["holder"], os.getpid())}
+        assert net[issuer_pid] == net[node["pids"]["holder"]] != net[os.getpid()], net
+        assert str(state) in Path(f"/proc/{issuer_pid}/cmdline").read_text()
         # Every process of the node (kubelet, containerd, shims in its mount namespace; the pod's
         # containers below its cgroupRoot) stays inside the memory cgroup the bed was started in.
         own = realnode.own_cgroup().rstrip("/") + "/"

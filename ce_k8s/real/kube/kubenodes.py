@@ -18,9 +18,17 @@ from pathlib import Path
 
 from ce_k8s.real.kube import kwokstages
 from ce_k8s.real.kube.kubeclients import KubeClients
-from ce_k8s.real.kube.kubelayout import KubeLayout, State
+from ce_k8s.real.kube.kubelayout import KubeLayout, RealKubeError, State
 from ce_k8s.real.kube.kubeprocs import KubeProcesses, http_get
-from ce_k8s.real.node.node import REAL_NODE_LABEL
+from ce_k8s.real.node.node import (
+    REAL_NODE_LABEL,
+    NodeState,
+    RealNodes,
+    make_cgroup_root,
+    node_state_dict,
+    read_sysctls,
+    write_sysctls,
+)
 
 # kwok renews a node's lease every quarter of its duration: 12 s renews every 3 s, well inside the
 # grace period. With 40 s (a renewal every 10 s, the status heartbeat every 10 s) the node controller
@@ -134,7 +142,6 @@ class KubeNodes:
     def start_real(self, state: State, runtime, names: list[str], salt: int,
                    progress: Callable[[str], None]) -> None:
         """Start each real node (ce_k8s.real.node.node) and wait until the API server has it Ready."""
-        from ce_k8s.real.node.node import RealNodes, make_cgroup_root, node_state_dict, read_sysctls
 
         self.clients.allow_apiserver_kubelet_client()
         if not state.sysctls:
@@ -164,19 +171,24 @@ class KubeNodes:
         self.processes.wait("the real nodes", lambda: self.named_ready(names), 120,
                             state.real_nodes[-1]["pids"]["kubelet"], f"node-{len(names)}-kubelet")
 
-    def _start_kubelet(self, nodes, st) -> None:
+    def _start_kubelet(self, nodes: RealNodes, st: NodeState) -> None:
         pkidir = self.layout.state_dir / "pki"
         nodes.start_kubelet(st, Path(st.dir) / "kubelet.kubeconfig", self.layout.kubelet_ca,
                             pkidir / f"kubelet-{st.name}.crt", pkidir / f"kubelet-{st.name}.key",
                             {REAL_NODE_LABEL: "true"})
 
+    def _state_with_real_node(self, index: int) -> State:
+        state = self.layout.state()
+        if state is None or not 1 <= index <= len(state.real_nodes):
+            have = 0 if state is None else len(state.real_nodes)
+            raise RealKubeError(f"the bed in {self.layout.state_dir} has no real node {index} (it has {have})")
+        return state
+
     def lose_real(self, index: int = 1, progress: Callable[[str], None] = print) -> None:
         """Real node `index` is lost outright: its kubelet, containerd, shims and containers
         SIGKILLed at once (ce_k8s.real.node.node.RealNodes.crash); the API server hears nothing."""
-        from ce_k8s.real.node.node import NodeState, RealNodes, node_state_dict
 
-        state = self.layout.state()
-        assert state is not None and len(state.real_nodes) >= index
+        state = self._state_with_real_node(index)
         st = NodeState(**state.real_nodes[index - 1])
         killed = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress).crash(st)
         state.real_nodes[index - 1] = node_state_dict(st)
@@ -187,10 +199,8 @@ class KubeNodes:
         """Real node `index` comes back, as after a reboot: containerd on its old root (the dead
         containers are still in its store, exited), then the kubelet, until the API server has it Ready."""
         from ce_k8s.real.node import noderuntime
-        from ce_k8s.real.node.node import NodeState, RealNodes, node_state_dict
 
-        state = self.layout.state()
-        assert state is not None and len(state.real_nodes) >= index
+        state = self._state_with_real_node(index)
         st = NodeState(**state.real_nodes[index - 1])
         nodes = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress)
         runtime = noderuntime.build(state.version, progress=progress)      # warm: a stat
@@ -210,11 +220,10 @@ class KubeNodes:
         nothing. Pods name it with `imagePullPolicy: Never` (or IfNotPresent): never a pull.
         Returns the seconds each node's import took."""
         from ce_k8s.real.node import noderuntime
-        from ce_k8s.real.node.node import NodeState, RealNodes
 
         st = self.layout.state()
         if st is None or not st.real_nodes:
-            raise RuntimeError(f"the bed in {self.layout.state_dir} has no real node to import {image} into")
+            raise RealKubeError(f"the bed in {self.layout.state_dir} has no real node to import {image} into")
         runtime = noderuntime.build(st.version, progress=progress)      # warm: a stat
         nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
         seconds = {}
@@ -229,7 +238,6 @@ class KubeNodes:
         failed start: they are saved before the first kubelet runs). Returns what was left."""
         if not st.real_nodes and not st.sysctls:
             return []
-        from ce_k8s.real.node.node import NodeState, RealNodes, write_sysctls
 
         nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
         left: list[str] = []

@@ -186,14 +186,26 @@ def mount_ns(pid: int) -> str | None:
         return None
 
 
-def pids_in_mount_ns(ns: str) -> list[int]:
+def net_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def pids_in_ns(ns: str, kind: str = "mnt") -> list[int]:
+    """Every process (but this one) whose namespace of `kind` ("mnt", "net") is `ns`."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and entry.name != str(os.getpid()):
             with contextlib.suppress(OSError):
-                if os.readlink(entry / "ns" / "mnt") == ns:
+                if os.readlink(entry / "ns" / kind) == ns:
                     out.append(int(entry.name))
     return out
+
+
+def pids_in_mount_ns(ns: str) -> list[int]:
+    return pids_in_ns(ns, "mnt")
 
 
 # ------------------------------------------------------------------ configuration files
@@ -417,12 +429,19 @@ class RealNodes:
         """Stop one node and undo it: kubelet, containerd, shims and containers killed, cgroups
         removed, the namespaces gone with their holder. Returns what was left (empty: clean)."""
         ns = mount_ns(st.pids["holder"]) if "holder" in st.pids else None
+        net = net_ns(st.pids["holder"]) if "holder" in st.pids else None
         for name in ("kubelet", "containerd"):
             if name in st.pids:
                 terminate(st.pids[name], timeout=5)
         left = remove_cgroups(st.cgroup_root, st.cgroup_made)
-        if ns is not None and ns != mount_ns(os.getpid()):
-            for pid in pids_in_mount_ns(ns):
+        # What runs in the node's namespaces without being the node's: anything a bed started
+        # there by nsenter (the VO pool and its SciTokens issuer live in the node's network
+        # namespace, in mount namespaces of their own), which nobody else stops when the
+        # owner of the bed was killed and its reaper runs this.
+        strays = [*(pids_in_ns(ns, "mnt") if ns is not None and ns != mount_ns(os.getpid()) else []),
+                  *(pids_in_ns(net, "net") if net is not None and net != net_ns(os.getpid()) else [])]
+        for pid in strays:
+            if pid != st.pids.get("holder"):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         if "holder" in st.pids:
