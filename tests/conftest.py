@@ -12,6 +12,7 @@ already, for this file; it is added here too so the import does not depend on th
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -49,21 +50,42 @@ def stock_ce(tmp_path, stock_ce_layout):
 
 # ------------------------------------------------------------------------------------ two workers
 # The README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`):
-# one takes every test of a real environment (everything under tests/real/), in their
-# collection order, so the session's real Kubernetes bed and each module's real HTCondor are
-# built once, in one process, and never two at a time; the other takes everything else (the
-# emulators). The real tests spend most of their time waiting on real daemons, so the two
-# overlap well on two cores, and the emulated tests run on a machine as busy as a site's.
+#
+# * one takes every test that needs the real HTCondor (its Debian root holds one bed at a time:
+#   fixed ports, bind mounts into the root) or a real node (its kubelet rewrites host sysctls that
+#   only one bed at a time may save and give back), in their collection order, so each real bed is
+#   built once, in one process, and never two at a time;
+# * the other takes everything else: the emulators, and the real-Kubernetes tests that need only
+#   the control plane and kwok's nodes (`KWOK_ONLY_MODULES`), on a bed of their own that has no
+#   real node (tests/real/conftest.py).
+#
+# The real tests spend most of their time waiting on real daemons, so the two overlap well on two
+# cores, and the emulated tests run on a machine as busy as a site's. The kwok-only modules ride
+# with the emulators because the real worker is the long pole (about 30 minutes on its own).
 #
 # The scheduler is xdist's scope scheduling with these two scopes. xdist's own `loadgroup` reads
 # its groups from a suffix it writes into each test id, which pytest 9.2 no longer lets a plugin
 # change (`item.nodeid` stays as collected), so it would hand real tests to both workers.
 REAL_GROUP, EMULATED_GROUP = "real", "emulated"
 
+#: Real-Kubernetes modules that need neither the real HTCondor nor a real node (nor a fixed port):
+#: the agent, the watch, restarts and the HTCJob operator against the real control plane and
+#: kwok's nodes. A module joins only when nothing in it reaches the real node.
+KWOK_ONLY_MODULES = frozenset({
+    "tests/real/test_watch.py", "tests/real/test_restarts.py", "tests/real/test_findings.py",
+    "tests/real/test_lifecycle.py", "tests/real/test_emulator_parity.py", "tests/real/test_htcjob_kube.py",
+    "tests/real/test_info_vs_scheduler.py",
+})
+
 
 def is_real_environment_test(nodeid: str) -> bool:
     """Whether the test `nodeid` (relative to the repository) runs on a real HTCondor or Kubernetes bed."""
     return nodeid.startswith("tests/real/")
+
+
+def needs_real_node_or_condor(nodeid: str) -> bool:
+    """Whether the test `nodeid` is in the group of the one-at-a-time beds (`REAL_GROUP`)."""
+    return is_real_environment_test(nodeid) and nodeid.split("::", 1)[0] not in KWOK_ONLY_MODULES
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -72,9 +94,30 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class TwoRooms(LoadScopeScheduling):
-        """One scope for the real environments, one for the emulators."""
+        """One scope for the one-at-a-time beds, one for the emulators and the kwok-only beds."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return REAL_GROUP if is_real_environment_test(nodeid) else EMULATED_GROUP
+            return REAL_GROUP if needs_real_node_or_condor(nodeid) else EMULATED_GROUP
 
     return TwoRooms(config, log)
+
+
+
+#: The test being set up, for the session bed's choice below (set before its fixtures are).
+_CURRENT_TEST = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.config.stash[_CURRENT_TEST] = item.nodeid
+
+
+@pytest.fixture(scope="session")
+def real_node_wanted(request) -> bool:
+    """Whether this process's session bed (tests/real/conftest.py) gets a real node. In a worker
+    of the README's split, whether the worker runs the one-at-a-time group (it never runs both;
+    the first test to ask tells which); in one process or another split, whether any selected test
+    is in that group."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("dist") == "loadgroup":
+        return needs_real_node_or_condor(request.config.stash[_CURRENT_TEST])
+    return any(needs_real_node_or_condor(item.nodeid) for item in request.session.items)

@@ -50,7 +50,7 @@ class PilotDemo(RealDemo):
     """RealDemo with the factory's pilots running the pilot image against `pool`."""
 
     def __init__(self, env: RealCondor, pool: VOPool, *, user_jobs: int, job_seconds: int,
-                 idle_seconds: int = 30, restart_agent: bool = False) -> None:
+                 idle_seconds: int = 20, restart_agent: bool = False) -> None:
         super().__init__(env, factory=True, restart_agent=restart_agent)
         self.pool = pool
         self.user_jobs = user_jobs

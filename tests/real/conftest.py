@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def real_kube():
+def real_kube(real_node_wanted):
     if os.geteuid() != 0:
         pytest.fail("the real-Kubernetes tests need root (CI runs as root); see docs/real-kubernetes.md")
     reuse = os.environ.get("CE_K8S_REAL_KUBE_TEST_STATE")   # a developer's bed that is up already
@@ -34,9 +34,12 @@ def real_kube():
     state = Path("/var/tmp") / f"ce-k8s-real-kube-tests-{os.getpid()}"
     env = RealKube(state)
     # One real node (a real kubelet on containerd and runc: ce_k8s.real.node.node) beside the kwok
-    # nodes; it is tainted, so only the tests that mean to run there do (test_real_node.py).
+    # nodes; it is tainted, so only the tests that mean to run there do (test_real_node.py). None
+    # on the bed of the worker that runs only kwok-only modules beside the emulators
+    # (tests/conftest.py): one real node at a time on the machine.
     # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.kube.reaper).
-    env.up(progress=lambda m: print(f"real-kube: {m}", flush=True), real_nodes=1, owner_pid=os.getpid())
+    env.up(progress=lambda m: print(f"real-kube: {m}", flush=True), real_nodes=1 if real_node_wanted else 0,
+           owner_pid=os.getpid())
     try:
         yield env
     finally:

@@ -1,0 +1,42 @@
+"""The README's two workers (tests/conftest.py): which bed runs where.
+
+The split is safe only while no kwok-only module reaches what one bed at a time may hold: the real
+HTCondor's root and its fixed ports, the VO's issuer port, a real node and the host sysctls its
+kubelet rewrites. Those modules run beside the emulators on a session bed without a real node,
+while the other worker's beds are up; a module that reached for any of these would collide there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import KWOK_ONLY_MODULES, needs_real_node_or_condor
+
+REPO = Path(__file__).resolve().parents[1]
+#: What only the one-at-a-time worker may touch, as a kwok-only module would name it.
+ONE_AT_A_TIME = re.compile(r"real_node(?!s=0)|RealCondor|real_condor|condordemo|pilotdemo|vo_pool|VOPool|TestIssuer|"
+                           r"ISSUER_PORT|COLLECTOR_PORT|import_image|real_nodes=[1-9]|--condor|fakegpu")
+
+
+def test_every_kwok_only_module_exists_and_names_nothing_of_the_one_at_a_time_beds():
+    for module in sorted(KWOK_ONLY_MODULES):
+        text = (REPO / module).read_text()
+        found = sorted(set(ONE_AT_A_TIME.findall(text)))
+        assert not found, f"{module} is kwok-only (tests/conftest.py) but names {found}"
+
+
+def test_a_kwok_only_module_imports_no_test_module_outside_the_set():
+    """A helper imported from a real-node module would pull its module-scoped fixtures along."""
+    for module in sorted(KWOK_ONLY_MODULES):
+        for name in re.findall(r"^from \.(\w+) import", (REPO / module).read_text(), re.M):
+            if name != "conftest":
+                assert f"tests/real/{name}.py" in KWOK_ONLY_MODULES, f"{module} imports .{name}"
+
+
+def test_real_node_and_condor_tests_take_the_one_at_a_time_worker():
+    assert needs_real_node_or_condor("tests/real/node/test_vo_pool.py::test_a_users_job_runs")
+    assert needs_real_node_or_condor("tests/real/condor/test_real_condor.py::test_restarts[23]")
+    assert needs_real_node_or_condor("tests/real/test_real_node_demo.py::test_real_pilots")
+    assert not needs_real_node_or_condor("tests/real/test_watch.py::test_a_real_410")
+    assert not needs_real_node_or_condor("tests/agent/test_status.py::test_anything")
