@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from ce_k8s.demos import statedirs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
     # lost, run twice or left because the agent died (issue 25).
     args.restart_agent = True
     env = RealKube(args.kube_state or STATE_DIR)
+    made_here = not env.state_dir.exists()
     ours = False
+    rc = 2
     try:
         if not env.status().get("up"):
             env.up(time_scale=args.time_scale, progress=progress, real_nodes=1)
@@ -68,16 +73,19 @@ def run(args: argparse.Namespace) -> int:
         if args.condor == "real":
             server.start_tracking()
             try:
-                return run_real(args, kube_server=server)
+                rc = run_real(args, kube_server=server)
             finally:
                 server.stop()
-        return demo.run(args, kube_server=server)
+        else:
+            rc = demo.run(args, kube_server=server)
+        return rc
     except (RealKubeError, BuildError) as exc:
         sys.stderr.write(f"ce-k8s demo --kube real: {exc}\n")
         return 2
     finally:
         if ours:
             env.down(progress=progress)
+            statedirs.tidy(env.state_dir, made_here, rc == 0, progress)
 
 
 def run_real(args: argparse.Namespace, kube_server=None) -> int:
@@ -93,6 +101,8 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         sys.stderr.flush()
 
     ours = False
+    rc = 2
+    made_here = not Path(args.state or STATE_DIR).exists()
     try:
         env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
                           ce_config=getattr(args, "ce_config", None))
@@ -103,7 +113,8 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
             summary = _real_pilots(args, env, kube_server, progress)
             if summary is None:
                 return 2
-            return _report(args, summary)
+            rc = _report(args, summary)
+            return rc
         # On a real control plane the run always includes an agent restart (issue 25: the whole
         # path with no emulator, an agent SIGKILLed mid-run); elsewhere when asked.
         share = getattr(args, "real_node_share", 0.0) if kube_server is not None else 0.0
@@ -119,13 +130,15 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         progress(f"{len(pilots)} pilots submitted {where}")
         demo.run(timeout=args.timeout, progress=progress)
         summary = demo.summary(demo.drain(timeout=min(120.0, args.timeout)))
+        rc = _report(args, summary)
+        return rc
     except RealCondorError as exc:
         sys.stderr.write(f"ce-k8s demo --condor real: {exc}\n")
         return 2
     finally:
         if ours:
             env.down(progress=progress)
-    return _report(args, summary)
+            statedirs.tidy(env.state_dir, made_here, rc == 0, progress)
 
 
 def _report(args: argparse.Namespace, summary: dict) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ce_k8s.demos import statedirs
 from ce_k8s.real.condor.condor import RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.htcjobbed import HTCJobBed, phase_is
 from ce_k8s.real.kube.kube import RealKube, RealKubeError
@@ -58,6 +59,8 @@ def run_demo(queue: int = 3, to_ce: bool = False, htcondor: str = "25", kube_sta
     started = time.monotonic()
     kube = RealKube(kube_state or KUBE_STATE)
     own_kube = not kube.status().get("up")
+    kube_made_here = not kube.state_dir.exists()
+    ok = False
     condor: RealCondor | None = None
     server = None
     bed = None
@@ -114,6 +117,7 @@ def run_demo(queue: int = 3, to_ce: bool = False, htcondor: str = "25", kube_sta
                         and (not to_ce or result["routed"] == queue)
                         and all(result["exit_codes"].get(str(i)) == 0 for i in range(queue))
                         and all(f"{i}.stdout" in output for i in range(queue)))
+        ok = result["ok"]
         return result
     except (RealCondorError, RealKubeError) as exc:
         raise DemoError(str(exc)) from exc
@@ -122,8 +126,11 @@ def run_demo(queue: int = 3, to_ce: bool = False, htcondor: str = "25", kube_sta
             bed.stop_operator()
         if condor is not None and condor.status().get("up"):
             condor.down(progress=lambda m: progress(f"condor: {m}"))
+        statedirs.tidy(WORK, True, ok, progress)              # the demo's own directories, whoever made them
+        statedirs.tidy(CONDOR_STATE, True, ok, progress)
         if server is not None:
             server.stop()
         if own_kube:
             kube.down(progress=lambda m: progress(f"kube: {m}"))
+            statedirs.tidy(kube.state_dir, kube_made_here, ok, progress)
         progress(f"done in {time.monotonic() - started:.0f} s")

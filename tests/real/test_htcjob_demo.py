@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ce_k8s.demos import htcjobdemo
+
 pytestmark = pytest.mark.slow
 
 
@@ -29,3 +31,5 @@ def test_the_documented_command_runs_queue_3_to_completion(real_kube):
     phases = [line.split()[4] for line in rows]          # "demo htcjob: +1.2s  demo  <PHASE>  3 ..."
     assert phases[-1] == "Completed" and len(phases) >= 2, rows
     assert "proc 2 ran as htcuser" in proc.stderr
+    # the demo's own directories (its HTCondor bed's state, the work area) go with a run that succeeded
+    assert not htcjobdemo.CONDOR_STATE.exists() and not htcjobdemo.WORK.exists()

@@ -63,3 +63,4 @@ def test_real_pilots_run_the_vo_users_jobs_and_leave_idle(real_kube, tmp_path):
         assert job["submit_to_start_s"] is not None and job["submit_to_start_s"] >= 0, job
     assert sum(vo["jobs_per_pilot"].values()) == users and len(vo["jobs_per_pilot"]) <= pilots, vo
     assert vo["pilot_cpu_s_accounted"]["known"] == pilots and vo["pilot_cpu_s_accounted"]["total"] > 0, vo
+    assert not (tmp_path / "condor").exists(), "the demo made its HTCondor bed's directory and keeps it after success"
