@@ -74,7 +74,7 @@ REAL_GROUP, EMULATED_GROUP = "real", "emulated"
 KWOK_ONLY_MODULES = frozenset({
     "tests/real/test_watch.py", "tests/real/test_restarts.py", "tests/real/test_findings.py",
     "tests/real/test_lifecycle.py", "tests/real/test_emulator_parity.py", "tests/real/test_htcjob_kube.py",
-    "tests/real/test_info_vs_scheduler.py",
+    "tests/real/test_info_vs_scheduler.py", "tests/real/test_ce_manifests.py",
 })
 
 

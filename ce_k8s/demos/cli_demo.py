@@ -13,6 +13,7 @@ the real one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     rc = 2
     try:
         if not env.status().get("up"):
-            env.up(time_scale=args.time_scale, progress=progress, real_nodes=1)
+            env.up(time_scale=args.time_scale, progress=progress, real_nodes=1, owner_pid=os.getpid())
             ours = True
         server = RealKubeServer(env)
         if args.condor == "real":
@@ -107,7 +108,7 @@ def run_real(args: argparse.Namespace, kube_server=None) -> int:
         env = real_condor(args.state or STATE_DIR, htcondor=args.htcondor, kube_server=kube_server,
                           ce_config=getattr(args, "ce_config", None))
         if not env.status().get("up"):
-            env.up(progress=progress)
+            env.up(progress=progress, owner_pid=os.getpid())      # a killed demo leaves no bed up
             ours = True
         if getattr(args, "pilot", "script") == "real":
             summary = _real_pilots(args, env, kube_server, progress)

@@ -13,6 +13,7 @@ from the job's `DemoScenario`, as in every demo on this bed (docs/testbed.md).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -67,14 +68,14 @@ def run_demo(queue: int = 3, to_ce: bool = False, htcondor: str = "25", kube_sta
     try:
         if own_kube:
             progress("bringing up the real control plane")
-            kube.up(progress=lambda m: progress(f"kube: {m}"))
+            kube.up(progress=lambda m: progress(f"kube: {m}"), owner_pid=os.getpid())
         server = RealKubeServer(kube)
         condor = RealCondor(CONDOR_STATE, htcondor=htcondor, kube_server=server, batch=True)
         if _processes_in(condor.root):
             raise DemoError(f"a real-HTCondor bed is already up in {condor.root}; `ce-k8s testbed real-condor down` "
                             "it first (one at a time on a machine)")
         progress(f"bringing up the real HTCondor {htcondor} with its batch pool")
-        condor.up(poll=2, progress=lambda m: progress(f"condor: {m}"))
+        condor.up(poll=2, progress=lambda m: progress(f"condor: {m}"), owner_pid=os.getpid())
         shutil.rmtree(WORK, ignore_errors=True)
         bed = HTCJobBed(kube, condor, WORK)
         bed.prepare()

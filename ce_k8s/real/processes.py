@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -56,3 +57,21 @@ def processes_in(root: Path) -> list[int]:
             if os.readlink(f"/proc/{entry}/root") == str(root):
                 pids.append(int(entry))
     return pids
+
+
+def wait_for_owner_exit(pid: int, state_file: Path, check_every: float = 2.0) -> bool:
+    """Block until `pid` exits (True) or the bed's `state_file` is gone (False: taken down
+    already). A bed's reaper waits here: on a pidfd of the owner (no polling, no pid reuse)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while state_file.exists():
+            if poller.poll(check_every * 1000):
+                return True
+        return False
+    finally:
+        os.close(fd)

@@ -37,7 +37,7 @@ def real_kube(real_node_wanted):
     # nodes; it is tainted, so only the tests that mean to run there do (test_real_node.py). None
     # on the bed of the worker that runs only kwok-only modules beside the emulators
     # (tests/conftest.py): one real node at a time on the machine.
-    # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.kube.reaper).
+    # The reaper takes the bed down if this test run dies without doing it (ce_k8s.real.reaper).
     env.up(progress=lambda m: print(f"real-kube: {m}", flush=True), real_nodes=1 if real_node_wanted else 0,
            owner_pid=os.getpid())
     try:

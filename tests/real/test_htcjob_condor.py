@@ -39,7 +39,7 @@ def bed(real_kube):
     if _processes_in(condor.root):
         pytest.fail(f"processes already run in {condor.root} (a real-HTCondor bed is up?): one at a time")
     try:
-        condor.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
+        condor.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"), owner_pid=os.getpid())
     except RealCondorError as exc:
         pytest.fail(f"the real HTCondor could not be brought up: {exc}")
     htc = HTCJobBed(real_kube, condor, state / "work")

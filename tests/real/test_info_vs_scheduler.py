@@ -67,7 +67,7 @@ def bed():
     """A control plane of this module's own (ce_k8s.real.kube.kube, up in about 10 s), so nothing but this
     module's cases places pods on its nodes; no real node (it is tainted for every route anyway).
     CE_K8S_REAL_KUBE_TEST_STATE is not used here: a bed kept up has other pods on other nodes. The
-    reaper takes the bed down if this run dies without doing it (ce_k8s.real.kube.reaper)."""
+    reaper takes the bed down if this run dies without doing it (ce_k8s.real.reaper)."""
     if os.geteuid() != 0:
         pytest.fail("the real-Kubernetes tests need root (CI runs as root); see docs/real-kubernetes.md")
     kube = RealKube(Path("/var/tmp") / f"ce-k8s-ivs-tests-{os.getpid()}")

@@ -1,5 +1,5 @@
 """A bed with a real node leaves the machine as it found it: after a failed start, and after its
-owner dies, when its reaper runs the bed's `down` (ce_k8s.real.node.node, ce_k8s.real.kube.reaper).
+owner dies, when its reaper runs the bed's `down` (ce_k8s.real.node.node, ce_k8s.real.reaper).
 
 Each test brings up a bed of its own (the binaries and the node runtime are cached: about 10 s)
 beside the session's, with a pod running on its real node so that a shim, a container, its cgroups,

@@ -68,7 +68,7 @@ from ce_k8s.real.condor.condorlayout import (  # noqa: F401 - the bed's names, a
     HOOK_DIR,
     RealCondorError,
 )
-from ce_k8s.real.processes import alive
+from ce_k8s.real.processes import alive, terminate
 from ce_k8s.real.processes import processes_in as _processes_in
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,7 @@ class State:
     started: float
     batch: bool = False       # the batch pool is up (RealCondor(batch=True))
     ce_config: str = "bed"    # the CE's configuration: the bed's ("bed") or HTCondor-CE's ("stock")
+    reaper_pid: int = 0       # ce_k8s.real.reaper, when `up` was given an owner
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.__dict__, indent=1) + "\n")
@@ -328,8 +329,11 @@ class RealCondor(CondorCommands):
 
     # -------------------------------------------------------------------------- lifecycle
     def up(self, poll: int = 2, nodes: str = DEFAULT_NODES, time_scale: float = 0.05, progress=print,
-           split_logs: bool = True) -> State:
-        """Build (or reuse) the root, lay the CE configuration, start the emulator and condor_master."""
+           split_logs: bool = True, owner_pid: int | None = None) -> State:
+        """Build (or reuse) the root, lay the CE configuration, start the emulator and condor_master.
+
+        With `owner_pid`, a reaper (ce_k8s.real.reaper) takes the bed down when that process
+        dies without doing it: a test run killed with its bed up leaves nothing running or mounted."""
         require_root()
         current = State.load(self.state_file)
         if current is not None and alive(current.master_pid):
@@ -349,6 +353,9 @@ class RealCondor(CondorCommands):
                       self.ce_config)
         state.save(self.state_file)
         try:
+            if owner_pid is not None:
+                state.reaper_pid = self._start_reaper(owner_pid)
+                state.save(self.state_file)
             mounts += self._mount_all()
             state.save(self.state_file)
             self._accounts()
@@ -373,6 +380,13 @@ class RealCondor(CondorCommands):
             raise
         progress(f"real HTCondor up: root {self.root}, state {self.state_dir}, API {state.api_url}")
         return state
+
+    def _start_reaper(self, owner_pid: int) -> int:
+        with open(self.state_dir / "reaper.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "ce_k8s.real.reaper", "--bed", "condor",
+                                     "--state", str(self.state_dir), "--pid", str(owner_pid)],
+                                    stdout=log, stderr=log, start_new_session=True)
+        return proc.pid
 
     def _fresh_state_dir(self) -> None:
         """A new state directory each `up`: old spools and logs would confuse the next run."""
@@ -606,6 +620,8 @@ class RealCondor(CondorCommands):
         if state is not None:
             with contextlib.suppress(OSError):
                 self.state_file.unlink()
+            if state.reaper_pid and state.reaper_pid != os.getpid():
+                terminate(state.reaper_pid, timeout=5)     # the owner took it down: nothing left to reap
         progress(f"real HTCondor down: {report}")
         return report
 

@@ -131,7 +131,7 @@ class RealKube(KubeLayout):
 
         `real_nodes` real kubelets (ce_k8s.real.node.node) join the kwok nodes: tainted
         `ce-k8s.test/real-node`, so only pods that tolerate it land there. With `owner_pid`, a
-        reaper (ce_k8s.real.kube.reaper) takes the bed down when that process dies without doing it."""
+        reaper (ce_k8s.real.reaper) takes the bed down when that process dies without doing it."""
         current = self.state()
         if current is not None and self.processes.healthy(current) and len(current.real_nodes) == real_nodes:
             progress(f"already up: {current.server} (Kubernetes {current.version})")
@@ -163,7 +163,7 @@ class RealKube(KubeLayout):
         try:
             if owner_pid is not None:
                 state.pids["reaper"] = self.processes.start("reaper", [
-                    sys.executable, "-m", "ce_k8s.real.kube.reaper", "--state", str(self.state_dir),
+                    sys.executable, "-m", "ce_k8s.real.reaper", "--bed", "kube", "--state", str(self.state_dir),
                     "--pid", str(owner_pid)])
             self._start_control_plane(state, bins, creds, etcd_peer, progress)
             progress("applying containers/k8s/base as a site would (kubectl apply -k)")

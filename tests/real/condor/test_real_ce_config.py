@@ -63,7 +63,7 @@ def up_when_free(bed: RealCondor, what: str, ports: tuple[int, ...] = (COLLECTOR
     while (any(_port_in_use(p) for p in ports) or _processes_in(root)) and time.monotonic() < deadline:
         time.sleep(30)       # another run's bed: never ours to bring down
     try:
-        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"{what}: {m}\n"))
+        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"{what}: {m}\n"), owner_pid=os.getpid())
     except RealCondorError as exc:
         pytest.fail(f"the real HTCondor ({what}) could not be brought up: {exc}")
     yield bed

@@ -62,7 +62,7 @@ def env(request):
         pytest.fail(f"{len(other)} processes already run in {root} (an environment is up?): "
                     "`ce-k8s testbed real-condor down` first")
     try:
-        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"))
+        bed.up(poll=2, progress=lambda m: sys.stderr.write(f"real-condor: {m}\n"), owner_pid=os.getpid())
     except RealCondorError as exc:
         pytest.fail(f"the real HTCondor could not be brought up: {exc}")
     yield bed
