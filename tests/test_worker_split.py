@@ -8,12 +8,24 @@ while the other worker's beds are up; a module that reached for any of these wou
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
-from conftest import KWOK_ONLY_MODULES, needs_real_node_or_condor
-
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _root_conftest():
+    """tests/conftest.py by its path: under pytest-xdist the module name `conftest` may be another
+    directory's (a worker once resolved it to tests/sim/conftest.py)."""
+    spec = importlib.util.spec_from_file_location("ce_k8s_tests_root_conftest", REPO / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_SPLIT = _root_conftest()
+KWOK_ONLY_MODULES, needs_real_node_or_condor = _SPLIT.KWOK_ONLY_MODULES, _SPLIT.needs_real_node_or_condor
 #: What only the one-at-a-time worker may touch, as a kwok-only module would name it.
 ONE_AT_A_TIME = re.compile(r"real_node(?!s=0)|RealCondor|real_condor|condordemo|pilotdemo|vo_pool|VOPool|TestIssuer|"
                            r"ISSUER_PORT|COLLECTOR_PORT|import_image|real_nodes=[1-9]|--condor|fakegpu")

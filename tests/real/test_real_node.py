@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -250,14 +251,33 @@ def test_a_refreshed_secret_reaches_the_file_the_running_pilot_reads(admin_core,
 
 
 # ------------------------------------------------------------------ removal
+def follow_log(admin_core, ns: str, name: str, container: str = "main") -> tuple[threading.Thread, list[str]]:
+    """Follow the running container's log from its start until it ends, in a thread: the lines
+    arrive as the kubelet streams them. A read after the end races the kubelet, which may remove a
+    deleted pod's container first and then answers with the text "unable to retrieve container
+    logs" (seen once in a CI run on a busy machine)."""
+    chunks: list[str] = []
+
+    def read() -> None:
+        with contextlib.suppress(Exception):     # the stream ends with the container (or the pod)
+            resp = admin_core.read_namespaced_pod_log(name, ns, container=container, follow=True,
+                                                      _preload_content=False)
+            for chunk in resp.stream(4096):
+                chunks.append(chunk.decode(errors="replace"))
+    thread = threading.Thread(target=read, name=f"log-{name}", daemon=True)
+    thread.start()
+    return thread, chunks
+
+
 def removed(admin_core, ns: str, name: str, remove, timeout: float) -> tuple:
     """Call `remove` (a delete or an eviction) on the running pod and watch it until its container
     is terminated: (the terminated state the kubelet reported, seconds from `remove`, the pod's
-    last log, read as the termination shows: before the API server lets a deleted pod go)."""
+    whole log, followed from before `remove` until the container ended)."""
     from kubernetes import watch
-    from kubernetes.client.exceptions import ApiException
 
     rv = admin_core.read_namespaced_pod(name, ns).metadata.resource_version
+    follower, chunks = follow_log(admin_core, ns, name)
+    wait_for(lambda: chunks, 30, poll=0.1, what=f"the log of {name} to stream")
     w = watch.Watch()
     started = time.monotonic()
     remove()
@@ -273,8 +293,9 @@ def removed(admin_core, ns: str, name: str, remove, timeout: float) -> tuple:
             break
     seconds = time.monotonic() - started
     assert term is not None, f"{name}: no terminated state seen after its removal; events: {seen}"
-    with contextlib.suppress(ApiException):
-        text = log(admin_core, ns, name)
+    follower.join(timeout=30)
+    assert not follower.is_alive(), f"the log of {name} still streams after its container ended"
+    text = "".join(chunks)
     return term, seconds, text
 
 

@@ -98,6 +98,25 @@ def vo_pool(real_kube, admin_client, node, pilot_image):
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def pool_left_clean(vo_pool, admin_core, pilot_namespace):
+    """After each test, whatever its end: none of its users' jobs left in the pool's queue and none
+    of its live pilots left in the pool. The pool lives for the module; a failed test's job and
+    idle pilot once took the next tests' slots and made four of them time out. (A pilot whose
+    node was lost outright left no startd to say goodbye: its ad stays until the collector drops
+    it, and it can take no job.)"""
+    yield
+    live = [p.metadata.name for p in admin_core.list_namespaced_pod(pilot_namespace).items
+            if p.status.phase in ("Pending", "Running")]
+    vo_pool.run("condor_rm -all", cwd="/", check=False)
+    admin_core.delete_collection_namespaced_pod(pilot_namespace)
+
+    def startds() -> list[str]:
+        return vo_pool.run("condor_status -startd -af Machine", cwd="/", check=False).stdout.split()
+    wait_for(lambda: not set(live) & set(startds()), 90, poll=0.5, what=f"the test's pilots {live} to leave the pool",
+             on_timeout=startds)
+
+
 def job(pool: VOPool, cluster: int) -> dict:
     ads = pool.jobs(cluster, ATTRS)
     assert len(ads) == 1, ads
