@@ -12,7 +12,6 @@ already, for this file; it is added here too so the import does not depend on th
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
@@ -112,12 +111,29 @@ def pytest_runtest_setup(item):
     item.config.stash[_CURRENT_TEST] = item.nodeid
 
 
+#: Set by the controller in each worker's input: whether the suite runs split in two rooms. A
+#: worker cannot read it from its own options: pytest-xdist sets a worker's `dist` to "no".
+_SPLIT_KEY = "ce_k8s_two_rooms"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput[_SPLIT_KEY] = node.config.getvalue("dist") == "loadgroup"
+
+
+def bed_needs_real_node(workerinput: dict | None, current: str, selected: list[str]) -> bool:
+    """Whether this process's session bed gets a real node. In a worker of the README's split,
+    whether the worker runs the one-at-a-time group (it never runs both; `current`, the first test
+    to ask, tells which); in one process or another split, whether any `selected` test is in it.
+    Two real nodes whose lives overlap without nesting would leave the kubelet's sysctls changed
+    (each bed gives back what it found), so the kwok-only worker's bed must have none."""
+    if workerinput is not None and workerinput.get(_SPLIT_KEY):
+        return needs_real_node_or_condor(current)
+    return any(needs_real_node_or_condor(nodeid) for nodeid in selected)
+
+
 @pytest.fixture(scope="session")
 def real_node_wanted(request) -> bool:
-    """Whether this process's session bed (tests/real/conftest.py) gets a real node. In a worker
-    of the README's split, whether the worker runs the one-at-a-time group (it never runs both;
-    the first test to ask tells which); in one process or another split, whether any selected test
-    is in that group."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("dist") == "loadgroup":
-        return needs_real_node_or_condor(request.config.stash[_CURRENT_TEST])
-    return any(needs_real_node_or_condor(item.nodeid) for item in request.session.items)
+    """Whether this process's session bed (tests/real/conftest.py) gets a real node (`bed_needs_real_node`)."""
+    return bed_needs_real_node(getattr(request.config, "workerinput", None), request.config.stash[_CURRENT_TEST],
+                               [item.nodeid for item in request.session.items])

@@ -26,9 +26,11 @@ def _root_conftest():
 
 _SPLIT = _root_conftest()
 KWOK_ONLY_MODULES, needs_real_node_or_condor = _SPLIT.KWOK_ONLY_MODULES, _SPLIT.needs_real_node_or_condor
+bed_needs_real_node = _SPLIT.bed_needs_real_node
 #: What only the one-at-a-time worker may touch, as a kwok-only module would name it.
-ONE_AT_A_TIME = re.compile(r"real_node(?!s=0)|RealCondor|real_condor|condordemo|pilotdemo|vo_pool|VOPool|TestIssuer|"
-                           r"ISSUER_PORT|COLLECTOR_PORT|import_image|real_nodes=[1-9]|--condor|fakegpu")
+ONE_AT_A_TIME = re.compile(r"real_node(?!s=0|_wanted|_names\(\))|RealCondor|real_condor|condordemo|pilotdemo|"
+                           r"vo_pool|VOPool|TestIssuer|ISSUER_PORT|COLLECTOR_PORT|import_image|real_nodes=[1-9]|"
+                           r"--condor|fakegpu")
 
 
 def test_every_kwok_only_module_exists_and_names_nothing_of_the_one_at_a_time_beds():
@@ -52,3 +54,17 @@ def test_real_node_and_condor_tests_take_the_one_at_a_time_worker():
     assert needs_real_node_or_condor("tests/real/test_real_node_demo.py::test_real_pilots")
     assert not needs_real_node_or_condor("tests/real/test_watch.py::test_a_real_410")
     assert not needs_real_node_or_condor("tests/agent/test_status.py::test_anything")
+
+
+def test_only_the_one_at_a_time_worker_s_bed_gets_a_real_node():
+    """The controller tells each worker it runs split (xdist sets a worker's own `dist` to "no":
+    reading that once gave both workers' beds a real node, and their overlapping lives left the
+    kubelet's sysctls changed on the machine)."""
+    selected = ["tests/real/test_watch.py::test_a", "tests/real/node/test_vo_pool.py::test_b"]
+    split = {"ce_k8s_two_rooms": True}
+    assert bed_needs_real_node(split, "tests/real/test_watch.py::test_a", selected) is False
+    assert bed_needs_real_node(split, "tests/real/node/test_vo_pool.py::test_b", selected) is True
+    # one process, or a worker of another split: a real node when any selected test needs one
+    assert bed_needs_real_node(None, "tests/real/test_watch.py::test_a", selected) is True
+    assert bed_needs_real_node({}, "tests/real/test_watch.py::test_a", selected) is True
+    assert bed_needs_real_node(None, "tests/real/test_watch.py::test_a", selected[:1]) is False

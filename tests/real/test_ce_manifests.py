@@ -93,3 +93,14 @@ def test_the_real_statefulset_controller_makes_the_ce_pod_and_its_namespace_admi
     finally:
         real_kube.kubectl("delete", "statefulset", CE_STS, "-n", CE_NS, "--ignore-not-found", check=False)
         real_kube.kubectl("delete", "pvc", CE_CLAIM, "-n", CE_NS, "--ignore-not-found", "--wait=false", check=False)
+
+
+
+def test_a_split_suite_s_kwok_only_bed_has_kwok_nodes_only(real_kube, real_node_wanted, request):
+    """This module runs in the kwok-only worker when the suite is split (tests/conftest.py); that
+    worker's bed must have no real node, or two nodes' lives overlap and the host's sysctls stay
+    changed (seen: both workers' beds had one). In one process the bed has one when any selected
+    test needs it, and nothing overlaps."""
+    if getattr(request.config, "workerinput", {}).get("ce_k8s_two_rooms"):
+        assert real_node_wanted is False
+    assert bool(real_kube.real_node_names()) is real_node_wanted
