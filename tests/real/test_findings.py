@@ -104,11 +104,16 @@ def test_finding1_agent_adopts_its_pod_at_a_full_quota_and_makes_the_secret(agen
     agent, settings, _root = agent_env
     ad = _ad(settings, namespace)
     built = agent.creator.build(text_of(ad).decode(), "cmspilot")
-    core.create_namespaced_pod(namespace, built.pod)      # the POST that was applied
+    # The quota first, its status computed, then the pod: admission charges the pod to the quota
+    # as it creates it. A quota made after the pod is counted only by the controller manager from
+    # its own cache of pods, which may not hold the pod yet; pod creations do not trigger a
+    # recount, so the quota then read 0 pods for the resync period (5 min; the cold CI run at
+    # 057a727 timed out here).
     core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "full"},
                                                       "spec": {"hard": {"pods": "1"}}})
-    wait_for(lambda: (core.read_namespaced_resource_quota("full", namespace).status.used or {}).get("pods") == "1",
-             what="quota used")
+    wait_for(lambda: core.read_namespaced_resource_quota("full", namespace).status.hard, what="quota status")
+    core.create_namespaced_pod(namespace, built.pod)      # the POST that was applied
+    assert (core.read_namespaced_resource_quota("full", namespace).status.used or {}).get("pods") == "1"
     rerun = JobRecord(built.name, "alice")
     rerun.creation.failures = 1                            # an earlier try of this create failed
     pod = agent.creator.create_pod(built, "4711.0", rerun)
