@@ -5,7 +5,9 @@ Each test brings up a bed of its own (the binaries and the node runtime are cach
 beside the session's, with a pod running on its real node so that a shim, a container, its cgroups,
 mounts and network namespace exist, and then checks what is left: processes, cgroups, mounts,
 namespaces, the host paths a kubelet or containerd would use by default, and the sysctls the
-kubelet rewrites at start.
+kubelet rewrites at start: the failed start with the machine's sysctl ledger, which the session's
+bed holds too (a nested bed's release leaves the session's hold alone), the killed owner with a
+ledger of its own bed's (it is the last to release it: the host's values are written back).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import pytest
 
 from ce_k8s.real.kube.kube import RealKube, RealKubeError, bed_salt
 from ce_k8s.real.node import node as realnode
-from ce_k8s.real.node.node import KUBELET_SYSCTLS, read_sysctls, v1_hierarchies, write_sysctls
+from ce_k8s.real.node.node import v1_hierarchies
+from ce_k8s.real.node.sysctls import KUBELET_SYSCTLS, SysctlLedger, read_sysctls, write_sysctls
 
 from .conftest import wait_for
 from .test_real_node import pod_manifest
@@ -111,8 +114,13 @@ def original_sysctls(real_kube):
     write_sysctls(during_session)
 
 
-def own_bed(tmp_state: Path) -> RealKube:
-    return RealKube(tmp_state)
+def own_bed(tmp_state: Path, **kwargs) -> RealKube:
+    return RealKube(tmp_state, **kwargs)
+
+
+def own_ledger(state: Path) -> Path:
+    """A sysctl ledger of the bed in `state` alone, beside its state directory (own_state removes it)."""
+    return state.with_name(state.name + "-sysctls.json")
 
 
 def run_a_pod(env: RealKube) -> None:
@@ -155,22 +163,32 @@ def own_state(request) -> Path:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
     shutil.rmtree(state, ignore_errors=True)
+    own_ledger(state).unlink(missing_ok=True)
 
 
-def test_a_failed_start_is_undone(own_state, original_sysctls, monkeypatch):
+def test_a_failed_start_is_undone(real_kube, own_state, original_sysctls, monkeypatch):
     """The kubelet cannot start (a configuration it refuses): `up` fails, naming its log, and
-    leaves nothing behind, the sysctls included."""
+    leaves nothing behind, the sysctls included. The bed held the machine's sysctl ledger beside
+    the session's bed before its kubelet ran, and its failed start released it: the session's bed
+    holds it alone again, with the host's own values."""
     state = own_state
     before_ns, before_paths = namespaces(), HOST_PATHS_BEFORE_ANY_BED
+    machine = SysctlLedger()
+    before_holders = machine.holders()
+    assert str(real_kube.state_file) in before_holders, before_holders
     real_config = realnode.kubelet_config
+    holders_at_kubelet_start: list[list[str]] = []
 
     def refused(*args, **kwargs) -> str:
+        holders_at_kubelet_start.append(machine.holders())
         return real_config(*args, **kwargs).replace('"failCgroupV1": false', '"failCgroupV1": true')
     monkeypatch.setattr(realnode, "kubelet_config", refused)
     env = own_bed(state)
     with pytest.raises(RealKubeError, match=r"node-1-kubelet\.log"):
         env.up(nodes=SMALL_NODES, progress=lambda m: None, real_nodes=1)
     assert env.state() is None
+    assert holders_at_kubelet_start == [[*before_holders, str(env.state_file)]]
+    assert machine.holders() == before_holders
     cgroup_root = f"{realnode.own_cgroup().rstrip('/')}/ce-k8s-node-{bed_salt(state)}-1"
     assert_clean(before_ns, state, cgroup_root, original_sysctls, before_paths)
     shutil.rmtree(state, ignore_errors=True)
@@ -188,7 +206,7 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(own_state, orig
         import os, sys, time
         from ce_k8s.real.condor.issuer import TestIssuer
         from ce_k8s.real.kube.kube import RealKube
-        env = RealKube({str(state)!r})
+        env = RealKube({str(state)!r}, sysctl_ledger={str(own_ledger(state))!r})
         env.up(nodes={SMALL_NODES!r}, progress=lambda m: None, real_nodes=1, owner_pid=os.getpid())
         # as the VO pool's fixture does: a SciTokens issuer in the node's network namespace
         issuer = TestIssuer(env.state_dir / "vo-issuer", 9643)
@@ -203,6 +221,7 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(own_state, orig
         node = node_of(env)
         run_a_pod(env)
         assert read_sysctls() != original_sysctls       # the kubelet did rewrite them
+        assert SysctlLedger(own_ledger(state)).holders() == [str(env.state_file)]
         assert footprint(state, node["cgroup_root"])["cgroups"], "the node's cgroups exist while up"
         # two real nodes (this bed's and the session's) with pods, and the host's paths untouched
         assert host_paths() == before_paths
@@ -230,4 +249,5 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper(own_state, orig
              what="the reaper to take the bed down")
     assert_clean(before_ns, state, node["cgroup_root"], original_sysctls, before_paths)
     assert set(KUBELET_SYSCTLS) == set(original_sysctls)
+    assert not own_ledger(state).exists(), "the last release removes the ledger"
     shutil.rmtree(state, ignore_errors=True)

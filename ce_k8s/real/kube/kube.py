@@ -56,6 +56,7 @@ from ce_k8s.real.kube.kubenodes import NODE_LEASE_SECONDS, SPARE, SPARE_NODE, Ku
 from ce_k8s.real.kube.kubepki import TOLERATION_SECONDS  # noqa: F401
 from ce_k8s.real.kube.kubeprocs import KubeProcesses
 from ce_k8s.real.node.node import node_ip
+from ce_k8s.real.node.sysctls import LEDGER
 from ce_k8s.real.processes import alive, terminate
 
 STATE_DIR = Path(os.environ.get("CE_K8S_REAL_KUBE_STATE", "/var/tmp/ce-k8s-real-kube"))  # noqa: S108
@@ -91,12 +92,15 @@ class RealKube(KubeLayout):
     manifests), `nodes` (the stub, kwok, the real nodes); the identities are ce_k8s.real.kube.kubepki's.
     """
 
-    def __init__(self, state_dir: Path | str = STATE_DIR, minor: str = kubebuild.DEFAULT_MINOR) -> None:
+    def __init__(self, state_dir: Path | str = STATE_DIR, minor: str = kubebuild.DEFAULT_MINOR,
+                 sysctl_ledger: Path | str = LEDGER) -> None:
+        """`sysctl_ledger`: the machine's (ce_k8s.real.node.sysctls) unless a test gives its bed a
+        ledger of its own; `up` records it in the state, so `down` and the reaper use the same."""
         super().__init__(state_dir)
         self.minor = minor
         self.processes = KubeProcesses(self)
         self.clients = KubeClients(self)
-        self.nodes = KubeNodes(self, self.clients, self.processes)
+        self.nodes = KubeNodes(self, self.clients, self.processes, sysctl_ledger)
 
     # ------------------------------------------------------------------ what tests and tools call
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120,

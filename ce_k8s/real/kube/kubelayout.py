@@ -42,7 +42,8 @@ class State:
     time_scale: float = 0.05     # real seconds per simulated second of a scenario's `run=`
     started: float = 0.0
     real_nodes: list[dict] = field(default_factory=list)   # ce_k8s.real.node.node.NodeState of each real node
-    sysctls: dict[str, str] = field(default_factory=dict)  # host values before the first kubelet, restored at down
+    sysctls: dict[str, str] = field(default_factory=dict)  # the host's own, before any bed's kubelet
+    sysctl_ledger: str = ""   # the machine's ledger this bed holds (ce_k8s.real.node.sysctls)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")

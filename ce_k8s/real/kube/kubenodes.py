@@ -26,9 +26,8 @@ from ce_k8s.real.node.node import (
     RealNodes,
     make_cgroup_root,
     node_state_dict,
-    read_sysctls,
-    write_sysctls,
 )
+from ce_k8s.real.node.sysctls import LEDGER, SysctlLedger
 
 # kwok renews a node's lease every quarter of its duration: 12 s renews every 3 s, well inside the
 # grace period. With 40 s (a renewal every 10 s, the status heartbeat every 10 s) the node controller
@@ -49,10 +48,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 class KubeNodes:
     """Starts, registers, loses and stops the nodes of the bed in `layout`'s state directory."""
 
-    def __init__(self, layout: KubeLayout, clients: KubeClients, processes: KubeProcesses) -> None:
+    def __init__(self, layout: KubeLayout, clients: KubeClients, processes: KubeProcesses,
+                 sysctl_ledger: Path | str = LEDGER) -> None:
         self.layout = layout
         self.clients = clients
         self.processes = processes
+        self.sysctl_ledger = Path(sysctl_ledger)
 
     def start_kwok(self, state: State, kwok: str, nodes: str, time_scale: float, ports: tuple[int, int],
                    progress: Callable[[str], None]) -> None:
@@ -144,8 +145,11 @@ class KubeNodes:
         """Start each real node (ce_k8s.real.node.node) and wait until the API server has it Ready."""
 
         self.clients.allow_apiserver_kubelet_client()
-        if not state.sysctls:
-            state.sysctls = read_sysctls()
+        if not state.sysctl_ledger:
+            # Named in the state before the hold, so a `down` after any failure releases it.
+            state.sysctl_ledger = str(self.sysctl_ledger)
+            state.save(self.layout.state_file)
+            state.sysctls = SysctlLedger(self.sysctl_ledger).hold(str(self.layout.state_file))
             state.save(self.layout.state_file)
         nodes = RealNodes(self.layout.state_dir, Path(state.bin), self.processes.start, progress)
         for index, name in enumerate(names, start=1):
@@ -234,16 +238,21 @@ class KubeNodes:
         return seconds
 
     def stop_real(self, st: State, progress: Callable[[str], None]) -> list[str]:
-        """Stop every real node, then give the host its sysctls back (every time, also after a
-        failed start: they are saved before the first kubelet runs). Returns what was left."""
-        if not st.real_nodes and not st.sysctls:
+        """Stop every real node, then release the machine's sysctl ledger (also after a failed
+        start: the hold comes before the first kubelet runs); the last bed to release it gives
+        the host its own values back. Returns what was left."""
+        if not st.real_nodes and not st.sysctl_ledger:
             return []
 
         nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
         left: list[str] = []
         for raw in st.real_nodes:
             left += nodes.stop(NodeState(**raw))
-        if st.sysctls:
-            write_sysctls(st.sysctls)
-        progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls restored")
+        others = (SysctlLedger(st.sysctl_ledger).release(str(self.layout.state_file), st.sysctls)
+                  if st.sysctl_ledger else [])
+        if others:
+            progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls left as the kubelets set "
+                     f"them: {len(others)} other bed(s) still run one ({', '.join(others)})")
+        else:
+            progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls restored")
         return left

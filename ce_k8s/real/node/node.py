@@ -24,8 +24,9 @@ release (:mod:`ce_k8s.real.kube.kubebuild`) on containerd, runc and the CNI brid
   in every v1 hierarchy; pods and their containers live there. `down` kills what is in them and
   removes them.
 * **sysctls.** At start the kubelet sets `vm.overcommit_memory`, `vm.panic_on_oom`, `kernel.panic`,
-  `kernel.panic_on_oops` and the root key quotas; the values before the first kubelet starts are
-  kept in the node's state and written back at `down`.
+  `kernel.panic_on_oops` and the root key quotas, machine-wide; the machine's ledger
+  (:mod:`ce_k8s.real.node.sysctls`) keeps the values from before the first kubelet of any bed and
+  writes them back when the last bed holding them goes down, in whatever order beds come and go.
 * **CAP_SYS_RESOURCE is missing** in these VMs: containerd runs with `restrict_oom_score_adj` and
   the kubelet with `oomScoreAdj: 0`, so nothing asks for a negative OOM score.
 * **cgroup v1 only** here: `failCgroupV1: false`, `cgroupDriver: cgroupfs`.
@@ -50,10 +51,6 @@ from ce_k8s.real.processes import alive, terminate
 
 log = logging.getLogger(__name__)
 
-# The sysctls the kubelet writes at start (pkg/kubelet/cm/container_manager_linux.go
-# setupKernelTunables with the default "Modify" behaviour): kept before, restored at down.
-KUBELET_SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
-                   "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
 REAL_NODE_TAINT = "ce-k8s.test/real-node"
 REAL_NODE_LABEL = "ce-k8s.test/real-node"
 DEAD_REGISTRY = "http://127.0.0.1:9"     # discard port: nothing listens, a pull is refused at once
@@ -107,15 +104,6 @@ def v1_hierarchies() -> list[Path]:
                 and not (entry / "cgroup.controllers").exists():
             out.append(entry)
     return out
-
-
-def read_sysctls(names: tuple[str, ...] = KUBELET_SYSCTLS) -> dict[str, str]:
-    return {n: Path("/proc/sys", *n.split(".")).read_text().strip() for n in names}
-
-
-def write_sysctls(values: dict[str, str]) -> None:
-    for name, value in values.items():
-        Path("/proc/sys", *name.split(".")).write_text(value + "\n")
 
 
 def make_cgroup_root(path: str) -> list[str]:
