@@ -51,9 +51,10 @@ def stock_ce(tmp_path, stock_ce_layout):
 # The README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`):
 #
 # * one takes every test that needs the real HTCondor (its Debian root holds one bed at a time:
-#   fixed ports, bind mounts into the root) or a real node (its kubelet rewrites host sysctls that
-#   only one bed at a time may save and give back), in their collection order, so each real bed is
-#   built once, in one process, and never two at a time;
+#   fixed ports, bind mounts into the root) or a real node (a kubelet, containerd and pods that
+#   measure CPU and time on two cores; the host sysctls its kubelet rewrites are the machine's
+#   ledger's, safe in any order: ce_k8s/real/node/sysctls.py), in their collection order, so each
+#   real bed is built once, in one process, and never two at a time;
 # * the other takes everything else: the emulators, and the real-Kubernetes tests that need only
 #   the control plane and kwok's nodes (`KWOK_ONLY_MODULES`), on a bed of their own that has no
 #   real node (tests/real/conftest.py).
@@ -125,8 +126,8 @@ def bed_needs_real_node(workerinput: dict | None, current: str, selected: list[s
     """Whether this process's session bed gets a real node. In a worker of the README's split,
     whether the worker runs the one-at-a-time group (it never runs both; `current`, the first test
     to ask, tells which); in one process or another split, whether any `selected` test is in it.
-    Two real nodes whose lives overlap without nesting would leave the kubelet's sysctls changed
-    (each bed gives back what it found), so the kwok-only worker's bed must have none."""
+    The kwok-only worker's bed has none: one real node at a time on the machine (a second one,
+    unasked for, once ran beside the first because a worker's own `dist` reads "no")."""
     if workerinput is not None and workerinput.get(_SPLIT_KEY):
         return needs_real_node_or_condor(current)
     return any(needs_real_node_or_condor(nodeid) for nodeid in selected)

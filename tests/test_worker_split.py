@@ -1,9 +1,9 @@
 """The README's two workers (tests/conftest.py): which bed runs where.
 
 The split is safe only while no kwok-only module reaches what one bed at a time may hold: the real
-HTCondor's root and its fixed ports, the VO's issuer port, a real node and the host sysctls its
-kubelet rewrites. Those modules run beside the emulators on a session bed without a real node,
-while the other worker's beds are up; a module that reached for any of these would collide there.
+HTCondor's root and its fixed ports, the VO's issuer port, and the one real node. Those modules
+run beside the emulators on a session bed without a real node, while the other worker's beds are
+up; a module that reached for any of these would collide there.
 """
 
 from __future__ import annotations

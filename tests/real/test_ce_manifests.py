@@ -98,9 +98,9 @@ def test_the_real_statefulset_controller_makes_the_ce_pod_and_its_namespace_admi
 
 def test_a_split_suite_s_kwok_only_bed_has_kwok_nodes_only(real_kube, real_node_wanted, request):
     """This module runs in the kwok-only worker when the suite is split (tests/conftest.py); that
-    worker's bed must have no real node, or two nodes' lives overlap and the host's sysctls stay
-    changed (seen: both workers' beds had one). In one process the bed has one when any selected
-    test needs it, and nothing overlaps."""
+    worker's bed must have no real node: one real node at a time on the machine (seen: both
+    workers' beds had one, and before the sysctl ledger their overlapping lives left the host's
+    sysctls changed). In one process the bed has one when any selected test needs it."""
     if getattr(request.config, "workerinput", {}).get("ce_k8s_two_rooms"):
         assert real_node_wanted is False
     assert bool(real_kube.real_node_names()) is real_node_wanted
