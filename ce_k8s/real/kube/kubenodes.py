@@ -241,15 +241,16 @@ class KubeNodes:
         """Stop every real node, then release the machine's sysctl ledger (also after a failed
         start: the hold comes before the first kubelet runs); the last bed to release it gives
         the host its own values back. Returns what was left."""
-        if not st.real_nodes and not st.sysctl_ledger:
+        if not st.real_nodes and not st.sysctl_ledger and not st.sysctls:
             return []
 
         nodes = RealNodes(self.layout.state_dir, Path(st.bin), self.processes.start, progress)
         left: list[str] = []
         for raw in st.real_nodes:
             left += nodes.stop(NodeState(**raw))
-        others = (SysctlLedger(st.sysctl_ledger).release(str(self.layout.state_file), st.sysctls)
-                  if st.sysctl_ledger else [])
+        # A bed started before the ledger has its own values only: the machine's ledger releases
+        # it as a bed it does not know (it writes them back unless another bed's kubelet runs).
+        others = SysctlLedger(st.sysctl_ledger or self.sysctl_ledger).release(str(self.layout.state_file), st.sysctls)
         if others:
             progress(f"stopped {len(st.real_nodes)} real node(s); host sysctls left as the kubelets set "
                      f"them: {len(others)} other bed(s) still run one ({', '.join(others)})")

@@ -138,3 +138,23 @@ def test_holds_from_many_processes_at_once_lose_none(tmp_path, proc, beds):
     book = json.loads((tmp_path / "ledger.json").read_text())
     assert sorted(book["holders"]) == sorted(states) and book["saved"] == HOST
     assert not list(tmp_path.glob("ledger.json.*")), "no lock or temporary file is left beside the ledger"
+
+
+def test_a_bed_started_before_the_ledger_is_released_as_one_it_does_not_know(tmp_path, beds):
+    """A bed whose state has its own values but names no ledger (started by a version before it)
+    is released on the machine's ledger at `down`: while another bed holds it, nothing is written
+    and that bed keeps it; with nobody else, the bed's own values go back (here the host's current
+    ones, so the real /proc/sys is written with what it holds)."""
+    from ce_k8s.real.kube.kube import RealKube
+    from ce_k8s.real.kube.kubelayout import State
+
+    machine = tmp_path / "ledger.json"
+    old_bed = RealKube(tmp_path / "old-bed", sysctl_ledger=machine)
+    state = State(version="v0", bin=str(tmp_path), server="", etcd="", sysctls=read_sysctls())
+    said: list[str] = []
+    SysctlLedger(machine, proc=tmp_path, names=()).hold(beds[0])
+    assert old_bed.nodes.stop_real(state, said.append) == []
+    assert "1 other bed(s) still run one" in said[-1] and SysctlLedger(machine).holders() == [beds[0]]
+    SysctlLedger(machine, proc=tmp_path, names=()).release(beds[0], own={})
+    assert old_bed.nodes.stop_real(state, said.append) == []
+    assert said[-1].endswith("host sysctls restored") and not machine.exists()
