@@ -53,7 +53,7 @@ def stock_ce(tmp_path, stock_ce_layout):
 # * one takes every test that needs the real HTCondor (its Debian root holds one bed at a time:
 #   fixed ports, bind mounts into the root) or a real node (a kubelet, containerd and pods that
 #   measure CPU and time on two cores; the host sysctls its kubelet rewrites are the machine's
-#   ledger's, safe in any order: ce_k8s/real/node/sysctls.py), in their collection order, so each
+#   ledger's, safe in any order: ce_k8s/real/sysctls.py), in their collection order, so each
 #   real bed is built once, in one process, and never two at a time;
 # * the other takes everything else: the emulators, and the real-Kubernetes tests that need only
 #   the control plane and kwok's nodes (`KWOK_ONLY_MODULES`), on a bed of their own that has no

@@ -26,7 +26,7 @@ import pytest
 from ce_k8s.real.kube.kube import RealKube, RealKubeError, bed_salt
 from ce_k8s.real.node import node as realnode
 from ce_k8s.real.node.node import v1_hierarchies
-from ce_k8s.real.node.sysctls import KUBELET_SYSCTLS, SysctlLedger, read_sysctls, write_sysctls
+from ce_k8s.real.sysctls import KUBELET_SYSCTLS, SysctlLedger, read_sysctls, write_sysctls
 
 from .conftest import wait_for
 from .test_real_node import pod_manifest

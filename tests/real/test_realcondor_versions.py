@@ -99,21 +99,6 @@ def test_a_root_of_another_version_is_refused(fake_apt, tmp_path):
         build_root(root, progress=lambda _m: None, htcondor="25")
 
 
-def test_a_second_bed_is_refused_while_the_ports_are_taken():
-    """Two beds share the loopback ports (the collector's first): `up` must refuse the second one
-    with a message that says so, instead of starting daemons that talk to the other bed's."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
-            realcondor._port_free(port)
-    realcondor._port_free(port)     # free again once the listener is gone
-
-
 def test_down_without_a_state_file_leaves_another_beds_root_alone(monkeypatch, tmp_path):
     """`down` for a state directory that has nothing up must not kill what runs in the root nor
     unmount anything there: that belongs to a bed of another state directory."""

@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ce_k8s.real.condor import ports
 from ce_k8s.real.condor.condorcommands import CondorCommands
 from ce_k8s.real.condor.condorconfig import (  # noqa: F401 - the bed's configuration, as its users import it
     BATCH_START,
@@ -281,6 +282,8 @@ class State:
     batch: bool = False       # the batch pool is up (RealCondor(batch=True))
     ce_config: str = "bed"    # the CE's configuration: the bed's ("bed") or HTCondor-CE's ("stock")
     reaper_pid: int = 0       # ce_k8s.real.reaper, when `up` was given an owner
+    port_ledger: str = ""     # the machine's ledger of reserved ports (ce_k8s.real.condor.ports), once held
+    reserved_ports: str = ""  # net.ipv4.ip_local_reserved_ports as this bed found it
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.__dict__, indent=1) + "\n")
@@ -305,6 +308,10 @@ class RealCondor(CondorCommands):
 
     #: The CE's configuration: this bed's own test configuration (ce_k8s.real.condor.stockce has HTCondor-CE's).
     ce_config = "bed"
+    #: The loopback ports the bed's daemons listen on, reserved while it is up (ce_k8s.real.condor.ports).
+    fixed_ports: tuple[int, ...] = (COLLECTOR_PORT,)
+    #: The machine's ledger of those reservations; a test may give its bed one of its own.
+    port_ledger: Path = ports.PORT_LEDGER
 
     def __init__(self, state_dir: Path | str = STATE_DIR, root: Path | str | None = None,
                  htcondor: str = DEFAULT_HTCONDOR, kube_server=None, batch: bool = False) -> None:
@@ -341,7 +348,7 @@ class RealCondor(CondorCommands):
                                   f"`ce-k8s testbed real-condor down --state {self.state_dir}` first")
         if current is not None:
             self.down(progress=progress)
-        _port_free(COLLECTOR_PORT)
+        ports.refuse_listeners(self.fixed_ports)
         others = _processes_in(self.root)
         if others:
             raise RealCondorError(f"{len(others)} processes already run in {self.root} (a bed of another state "
@@ -356,6 +363,7 @@ class RealCondor(CondorCommands):
             if owner_pid is not None:
                 state.reaper_pid = self._start_reaper(owner_pid)
                 state.save(self.state_file)
+            self._reserve_ports(state, progress)
             mounts += self._mount_all()
             state.save(self.state_file)
             self._accounts()
@@ -380,6 +388,24 @@ class RealCondor(CondorCommands):
             raise
         progress(f"real HTCondor up: root {self.root}, state {self.state_dir}, API {state.api_url}")
         return state
+
+    def _reserve_ports(self, state: State, progress) -> None:
+        """Keep the daemons' ports from being any connection's local port until `down`, then wait
+        for the connections that took one before (ce_k8s.real.condor.ports). The state names the
+        ledger before the bed holds it, so a start that fails from here on gives it back."""
+        state.port_ledger = str(self.port_ledger)
+        state.save(self.state_file)
+        state.reserved_ports = ports.reserve(str(self.state_file), self.fixed_ports, self.port_ledger)
+        state.save(self.state_file)
+        for port in self.fixed_ports:
+            ports.wait_free(port, progress=progress)
+
+    def _release_ports(self, state: State, progress) -> None:
+        if not state.port_ledger:
+            return
+        others = ports.release(str(self.state_file), state.reserved_ports, Path(state.port_ledger))
+        progress(f"real HTCondor down: ports {', '.join(map(str, self.fixed_ports))} "
+                 + (f"still reserved for {len(others)} other bed(s)" if others else "no longer reserved"))
 
     def _start_reaper(self, owner_pid: int) -> int:
         with open(self.state_dir / "reaper.log", "ab") as log:
@@ -618,6 +644,7 @@ class RealCondor(CondorCommands):
                 os.killpg(state.sim_pid, signal.SIGKILL)
         report["unmounted"] = len(_unmount_below(self.root))
         if state is not None:
+            self._release_ports(state, progress)
             with contextlib.suppress(OSError):
                 self.state_file.unlink()
             if state.reaper_pid and state.reaper_pid != os.getpid():
@@ -647,7 +674,8 @@ class RealCondor(CondorCommands):
                    ce_config=state.ce_config, batch=state.batch,
                    **({"batch_schedd": self.batch_name, "collector": self.collector_address}
                                          if state.batch else {}),
-                   api_url=state.api_url, mounts=[m for m in _mounts() if m.startswith(str(self.root) + "/")],
+                   api_url=state.api_url, reserved_ports=ports.reserved(),
+                   mounts=[m for m in _mounts() if m.startswith(str(self.root) + "/")],
                    processes_in_root=len(_processes_in(self.root)))
         if out["up"]:
             with contextlib.suppress(RealCondorError, ValueError, subprocess.TimeoutExpired):
@@ -658,22 +686,6 @@ class RealCondor(CondorCommands):
                     counts[key] = counts.get(key, 0) + 1
                 out["ce_jobs_by_status"] = counts
         return out
-
-
-def _port_free(port: int) -> None:
-    """Refuse to start a second bed: every bed's daemons use the same loopback ports (the collector's
-    first), so two at once talk to each other's daemons, and the second one's `down` would unmount and
-    kill the first one's (seen when another session brought a bed up on a copy of the root)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise RealCondorError(f"127.0.0.1:{port} is in use ({exc.strerror}): another real-HTCondor bed (or "
-                                  "a collector) is running; one bed per machine at a time, "
-                                  "`ce-k8s testbed real-condor status --state DIR` finds it") from None
 
 
 def _serve_accepts(flag: str) -> bool:

@@ -50,7 +50,6 @@ from ce_k8s.real.condor.condor import (
     RealCondor,
     RealCondorError,
     _bind,
-    _port_free,
     agent_and_demo_config,
 )
 from ce_k8s.real.condor.issuer import ISSUER_PORT, IssuerError, TestIssuer
@@ -186,6 +185,8 @@ class StockCE(RealCondor):
     """The bed with HTCondor-CE's own configuration: a CE master and a factory master."""
 
     ce_config = "stock"
+    #: The collector's, the CE's (HTCondor-CE's own 9619) and the SciTokens issuer's.
+    fixed_ports = (COLLECTOR_PORT, CE_PORT, ISSUER_PORT)
 
     def __init__(self, *args, stock_dir: Path | str | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -239,11 +240,6 @@ class StockCE(RealCondor):
         return self.run(args, config=FACTORY_CONDOR_CONFIG, **kw)
 
     # -------------------------------------------------------------------------- lifecycle
-    def up(self, *args, **kwargs):
-        _port_free(CE_PORT)
-        _port_free(ISSUER_PORT)
-        return super().up(*args, **kwargs)
-
     def _fresh_state_dir(self) -> None:
         super()._fresh_state_dir()
         ce_log = self.root / CE_LOG.lstrip("/")

@@ -56,8 +56,8 @@ from ce_k8s.real.kube.kubenodes import NODE_LEASE_SECONDS, SPARE, SPARE_NODE, Ku
 from ce_k8s.real.kube.kubepki import TOLERATION_SECONDS  # noqa: F401
 from ce_k8s.real.kube.kubeprocs import KubeProcesses
 from ce_k8s.real.node.node import node_ip
-from ce_k8s.real.node.sysctls import LEDGER
 from ce_k8s.real.processes import alive, terminate
+from ce_k8s.real.sysctls import LEDGER
 
 STATE_DIR = Path(os.environ.get("CE_K8S_REAL_KUBE_STATE", "/var/tmp/ce-k8s-real-kube"))  # noqa: S108
 REPO = Path(__file__).resolve().parents[3]
@@ -94,7 +94,7 @@ class RealKube(KubeLayout):
 
     def __init__(self, state_dir: Path | str = STATE_DIR, minor: str = kubebuild.DEFAULT_MINOR,
                  sysctl_ledger: Path | str = LEDGER) -> None:
-        """`sysctl_ledger`: the machine's (ce_k8s.real.node.sysctls) unless a test gives its bed a
+        """`sysctl_ledger`: the machine's (ce_k8s.real.sysctls) unless a test gives its bed a
         ledger of its own; `up` records it in the state, so `down` and the reaper use the same."""
         super().__init__(state_dir)
         self.minor = minor

@@ -43,7 +43,7 @@ class State:
     started: float = 0.0
     real_nodes: list[dict] = field(default_factory=list)   # ce_k8s.real.node.node.NodeState of each real node
     sysctls: dict[str, str] = field(default_factory=dict)  # the host's own, before any bed's kubelet
-    sysctl_ledger: str = ""   # the machine's ledger this bed holds (ce_k8s.real.node.sysctls)
+    sysctl_ledger: str = ""   # the machine's ledger this bed holds (ce_k8s.real.sysctls)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")

@@ -27,7 +27,7 @@ from ce_k8s.real.node.node import (
     make_cgroup_root,
     node_state_dict,
 )
-from ce_k8s.real.node.sysctls import LEDGER, SysctlLedger
+from ce_k8s.real.sysctls import LEDGER, SysctlLedger
 
 # kwok renews a node's lease every quarter of its duration: 12 s renews every 3 s, well inside the
 # grace period. With 40 s (a renewal every 10 s, the status heartbeat every 10 s) the node controller

@@ -25,7 +25,7 @@ release (:mod:`ce_k8s.real.kube.kubebuild`) on containerd, runc and the CNI brid
   removes them.
 * **sysctls.** At start the kubelet sets `vm.overcommit_memory`, `vm.panic_on_oom`, `kernel.panic`,
   `kernel.panic_on_oops` and the root key quotas, machine-wide; the machine's ledger
-  (:mod:`ce_k8s.real.node.sysctls`) keeps the values from before the first kubelet of any bed and
+  (:mod:`ce_k8s.real.sysctls`) keeps the values from before the first kubelet of any bed and
   writes them back when the last bed holding them goes down, in whatever order beds come and go.
 * **CAP_SYS_RESOURCE is missing** in these VMs: containerd runs with `restrict_oom_score_adj` and
   the kubelet with `oomScoreAdj: 0`, so nothing asks for a negative OOM score.

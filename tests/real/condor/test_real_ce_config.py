@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 
 from ce_k8s.demos.condordemo import RealDemo
 from ce_k8s.real.condor.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
+from ce_k8s.real.condor.ports import listened_on
 from ce_k8s.real.condor.stockce import (
     CE_PORT,
     FACTORY_ACCOUNT,
@@ -44,23 +44,13 @@ WAIT_FOR_OTHER_BED_S = 1200
 STOCK = Path(__file__).resolve().parents[2] / "fixtures" / "stock_ce"
 
 
-def _port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
 def up_when_free(bed: RealCondor, what: str, ports: tuple[int, ...] = (COLLECTOR_PORT,)) -> Iterator[RealCondor]:
-    """Bring `bed` up once no other bed holds `ports` or runs in its root (a bounded wait: another
+    """Bring `bed` up once no other bed listens on `ports` or runs in its root (a bounded wait: another
     run's bed is never ours to bring down), yield it, then take it down and check that nothing is
     left running or mounted in the root. `what` names the bed in its progress lines and errors."""
     root = bed.root
     deadline = time.monotonic() + WAIT_FOR_OTHER_BED_S
-    while (any(_port_in_use(p) for p in ports) or _processes_in(root)) and time.monotonic() < deadline:
+    while (any(listened_on(p) for p in ports) or _processes_in(root)) and time.monotonic() < deadline:
         time.sleep(30)       # another run's bed: never ours to bring down
     try:
         bed.up(poll=2, progress=lambda m: sys.stderr.write(f"{what}: {m}\n"), owner_pid=os.getpid())

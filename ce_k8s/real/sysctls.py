@@ -1,19 +1,22 @@
-"""The host sysctls a kubelet rewrites at start, given back when the last bed that ran one goes down.
+"""Host sysctls a bed changes, given back when the last bed that changed them goes down.
 
-A kubelet sets `vm.overcommit_memory`, `vm.panic_on_oom`, `kernel.panic`, `kernel.panic_on_oops`
-and the root key quotas when it starts (pkg/kubelet/cm/container_manager_linux.go
-setupKernelTunables, the default "Modify" behaviour), for the whole machine. A bed that saved the
-values before its own kubelet and wrote them back at its own `down` was right only while beds
-nested: two beds whose lives overlap without nesting (the CI run at 31852a5 gave both pytest workers
-one) leave the second one's "before" (the first kubelet's values) on the host for good.
+Two beds change machine-wide settings: a real node's kubelet rewrites `vm.overcommit_memory`,
+`vm.panic_on_oom`, `kernel.panic`, `kernel.panic_on_oops` and the root key quotas when it starts
+(pkg/kubelet/cm/container_manager_linux.go setupKernelTunables, the default "Modify" behaviour), and
+a real-HTCondor bed reserves its fixed ports (`net.ipv4.ip_local_reserved_ports`,
+ce_k8s.real.condor.ports). A bed that saved the values before its own change and wrote them back at
+its own `down` was right only while beds nested: two beds whose lives overlap without nesting (the
+CI run at 31852a5 gave both pytest workers one) leave the second one's "before" (the first one's
+values) on the host for good.
 
-So the machine keeps one ledger, :data:`LEDGER`: the values found before the first kubelet of any
-bed, and the beds that hold them (each by its state file). The first `hold` saves the values; each
-`release` drops its bed; the release that leaves nobody writes the values back and removes the
-ledger. A holder whose state file is gone (a bed removed without `down`) no longer counts. The
-ledger lives on `/run`, a tmpfs: a reboot clears it, as it clears what the kubelets wrote. Beds in
-different processes take turns by an exclusive `flock` on the ledger's directory (`/run` itself),
-so no lock file is left behind: with no bed up, the machine has nothing of ours.
+So the machine keeps one ledger per set of settings (:data:`LEDGER` for the kubelet's): the values
+found before the first bed changed them, and the beds that hold them (each by its state file). The
+first `hold` saves the values; each `release` drops its bed; the release that leaves nobody writes
+the values back and removes the ledger. A holder whose state file is gone (a bed removed without
+`down`) no longer counts. The ledger lives on `/run`, a tmpfs: a reboot clears it, as it clears
+what the beds wrote. Beds in different processes take turns by an exclusive `flock` on the ledger's
+directory (`/run` itself), so no lock file is left behind: with no bed up, the machine has nothing
+of ours.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def write_sysctls(values: dict[str, str], proc: Path = PROC_SYS) -> None:
 
 
 class SysctlLedger:
-    """The machine's one record of the host's own values and of the beds whose kubelets changed them."""
+    """The machine's one record of the host's own values of `names` and of the beds that changed them."""
 
     def __init__(self, path: Path | str = LEDGER, proc: Path = PROC_SYS,
                  names: tuple[str, ...] = KUBELET_SYSCTLS) -> None:
@@ -61,7 +64,8 @@ class SysctlLedger:
                 book = json.loads(self.path.read_text()) if self.path.exists() else {"saved": {}, "holders": []}
             except ValueError as exc:
                 raise RuntimeError(f"{self.path}: not a sysctl ledger ({exc}); it names the host's own "
-                                   "values before any kubelet: restore them by hand, then remove it") from exc
+                                   "values before any bed changed them: restore them by hand, then remove "
+                                   "it") from exc
             yield book
             if book["holders"]:
                 tmp = self.path.with_name(self.path.name + ".tmp")
@@ -73,9 +77,9 @@ class SysctlLedger:
             os.close(lock)          # the lock goes with the descriptor
 
     def hold(self, holder: str) -> dict[str, str]:
-        """`holder` (a bed's state file) is about to start a kubelet. Returns the host's own values:
+        """`holder` (a bed's state file) is about to change the settings. Returns the host's own values:
         read now when there is no ledger, else the ones its first holder saved (also when every
-        holder left is stale: that bed's kubelet changed them and nobody gave them back)."""
+        holder left is stale: that bed changed them and nobody gave them back)."""
         with self._book() as book:
             self._drop_stale(book, keep=holder)
             if not book["saved"]:
@@ -85,9 +89,10 @@ class SysctlLedger:
             return dict(book["saved"])
 
     def release(self, holder: str, own: dict[str, str]) -> list[str]:
-        """`holder`'s kubelets are stopped. When no other bed holds the values, write them back (the
-        ledger's, or `own`, the values this bed saved, when the ledger is gone: after a reboot, or a
-        bed of a version before it) and return []; else return the beds still holding them."""
+        """`holder` no longer needs the settings (its kubelets stopped, its daemons down). When no
+        other bed holds the values, write them back (the ledger's, or `own`, the values this bed
+        saved, when the ledger is gone: after a reboot, or a bed of a version before it) and return
+        []; else return the beds still holding them."""
         with self._book() as book:
             self._drop_stale(book, keep=holder)
             known = holder in book["holders"]

@@ -1,4 +1,4 @@
-"""The machine's sysctl ledger (ce_k8s.real.node.sysctls) on a /proc/sys of files.
+"""The machine's sysctl ledger (ce_k8s.real.sysctls) on a /proc/sys of files.
 
 The real `/proc/sys` is judged by tests/real/test_node_cleanup.py (a bed's up and down, its reaper)
 and by the session's beds; here every order in which beds come and go, which a real run meets
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ce_k8s.real.node.sysctls import SysctlLedger, read_sysctls, write_sysctls
+from ce_k8s.real.sysctls import SysctlLedger, read_sysctls, write_sysctls
 
 NAMES = ("vm.overcommit_memory", "kernel.panic")
 HOST = {"vm.overcommit_memory": "0", "kernel.panic": "1"}
@@ -130,7 +130,7 @@ def test_holds_from_many_processes_at_once_lose_none(tmp_path, proc, beds):
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from ce_k8s.real.node.sysctls import SysctlLedger
+        from ce_k8s.real.sysctls import SysctlLedger
         SysctlLedger({str(tmp_path / "ledger.json")!r}, proc=Path({str(proc)!r}), names={NAMES!r}).hold(sys.argv[1])
         """)
     procs = [subprocess.Popen([sys.executable, "-c", script, s]) for s in states]

@@ -1,0 +1,182 @@
+"""The real-HTCondor bed's fixed loopback ports, kept out of the kernel's ephemeral range while it is up.
+
+A bed's daemons listen on fixed ports: the collector on 19618, the stock CE on 9619 (HTCondor-CE's
+own), its SciTokens issuer on 19643. Any outgoing TCP connection on the machine may be given one of
+them as its local port when the kernel's ephemeral range covers it (these machines have
+`net.ipv4.ip_local_port_range` = 1024 65535; Linux's default, 32768 60999, covers none of them).
+While that connection is open, and for its TIME_WAIT (60 s) after, the daemon's `bind` fails with
+EADDRINUSE, SO_REUSEADDR or not (measured: tests/real/condor/test_ports.py). The CI run at
+defdfa4 refused two beds in a row that way ("127.0.0.1:19618 is in use") with no other bed up.
+
+So a bed adds its ports to `net.ipv4.ip_local_reserved_ports` from just before it checks them
+until its `down`: the kernel then gives none of them to a `connect` or a `bind` to port 0 (the
+kernel's ip-sysctl documentation). The setting is the machine's (its network namespace's), so it
+goes through a ledger of its own (ce_k8s.real.sysctls): the last bed down writes the host's own
+value back, whatever order beds come and go in. A connection that took a port before the
+reservation is waited for, a minute at most (its TIME_WAIT ends by then); a listener on a port is
+another bed, refused at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ce_k8s.real.condor.condorlayout import RealCondorError
+from ce_k8s.real.sysctls import PROC_SYS, SysctlLedger, read_sysctls, write_sysctls
+
+RESERVED = "net.ipv4.ip_local_reserved_ports"
+PORT_LEDGER = Path("/run/ce-k8s-reserved-ports.json")
+#: How long `wait_free` waits for connections that took a port before it was reserved: Linux's
+#: TIME_WAIT is a fixed 60 s (TCP_TIMEWAIT_LEN), so only a connection still open outlasts this.
+EARLIER_CONNECTIONS_S = 70.0
+#: /proc/net/tcp's state codes (include/net/tcp_states.h) for the messages.
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+              "0B": "CLOSING"}
+
+
+def with_ports(value: str, ports: Iterable[int]) -> str:
+    """`value` (the sysctl's text: ports and ranges, comma-separated) with `ports` added where no
+    entry covers them yet; the host's own entries kept as written."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    covered: list[tuple[int, int]] = []
+    for entry in entries:
+        low, _, high = entry.partition("-")
+        covered.append((int(low), int(high or low)))
+    extra = [str(p) for p in sorted(set(ports)) if not any(lo <= p <= hi for lo, hi in covered)]
+    return ",".join(entries + extra)
+
+
+def reserve(holder: str, ports: Iterable[int], ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> str:
+    """Reserve `ports` for `holder` (a bed's state file). Returns the host's own value, which the
+    bed keeps in its state for a `release` that finds no ledger (after a reboot)."""
+    saved = SysctlLedger(ledger, proc, (RESERVED,)).hold(holder)[RESERVED]
+    current = read_sysctls((RESERVED,), proc)[RESERVED]
+    write_sysctls({RESERVED: with_ports(current, ports)}, proc)
+    return saved
+
+
+def release(holder: str, own: str, ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> list[str]:
+    """`holder` is down. The last holder writes the host's own value back; returns the others."""
+    return SysctlLedger(ledger, proc, (RESERVED,)).release(holder, {RESERVED: own})
+
+
+def reserved(proc: Path = PROC_SYS) -> str:
+    return read_sysctls((RESERVED,), proc)[RESERVED]
+
+
+@dataclass(frozen=True)
+class PortUse:
+    """One socket on the port, as /proc/net/tcp{,6} lists it."""
+
+    state: str
+    local: str
+    remote: str
+    inode: int
+
+    def describe(self, owners: dict[int, str]) -> str:
+        who = owners.get(self.inode) or ("no process: the kernel keeps it" if self.inode == 0 else "a process")
+        return f"{self.state} {self.local} -> {self.remote} ({who})"
+
+
+def _address(hexed: str) -> str:
+    host, port = hexed.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        text = socket.inet_ntop(socket.AF_INET, raw[::-1])
+    else:   # four host-order 32-bit words
+        text = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+    return f"{text}:{int(port, 16)}"
+
+
+def uses(port: int, proc_net: Path = Path("/proc/net")) -> list[PortUse]:
+    """Every TCP socket of this network namespace whose local port is `port`."""
+    found = []
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in (proc_net / table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    found.append(PortUse(TCP_STATES.get(fields[3], fields[3]), _address(fields[1]),
+                                         _address(fields[2]), int(fields[9])))
+    return found
+
+
+def owners(inodes: set[int], proc: Path = Path("/proc")) -> dict[int, str]:
+    """'pid N (comm)' of the processes holding the sockets `inodes`, for the error message."""
+    wanted = {f"socket:[{i}]": i for i in inodes if i}
+    found: dict[int, str] = {}
+    if not wanted:
+        return found
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(proc / pid / "fd"):
+                inode = wanted.get(os.readlink(proc / pid / "fd" / fd))
+                if inode is not None and inode not in found:
+                    comm = (proc / pid / "comm").read_text().strip()
+                    found[inode] = f"pid {pid} ({comm})"
+    return found
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _another_bed(port: int) -> RealCondorError:
+    return RealCondorError(f"127.0.0.1:{port} is in use (a listener): another real-HTCondor bed (or a collector) "
+                           "is running; one bed per machine at a time, `ce-k8s testbed real-condor status "
+                           "--state DIR` finds it")
+
+
+def listened_on(port: int, proc_net: Path = Path("/proc/net")) -> bool:
+    """Whether a socket listens on `port`: another bed's daemon, not a connection's end."""
+    return any(u.state == "LISTEN" for u in uses(port, proc_net))
+
+
+def refuse_listeners(ports: Iterable[int], proc_net: Path = Path("/proc/net")) -> None:
+    """Refuse to start a second bed before touching anything: its daemons would talk to the first
+    one's, and its `down` would unmount and kill them (seen when another session brought a bed up
+    on a copy of the root). A listener on a bed's port is such a bed."""
+    for port in ports:
+        if listened_on(port, proc_net):
+            raise _another_bed(port)
+
+
+def wait_free(port: int, progress: Callable[[str], None] = print, timeout: float = EARLIER_CONNECTIONS_S,
+              proc_net: Path = Path("/proc/net")) -> None:
+    """Return once a daemon can bind 127.0.0.1:`port`, which the bed has reserved: the connections
+    that took it as their local port before are given `timeout` to go (a listener is another bed:
+    refused at once). Past it, the error names each connection and its process."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while not _bindable(port):
+        found = uses(port, proc_net)
+        if any(u.state == "LISTEN" for u in found):
+            raise _another_bed(port)
+        if time.monotonic() >= deadline:
+            names = owners({u.inode for u in found})
+            held = "; ".join(u.describe(names) for u in found) or "no socket listed in /proc/net/tcp{,6}"
+            raise RealCondorError(f"127.0.0.1:{port} is still taken {timeout:.0f} s after the bed reserved it, by "
+                                  f"connections made before: {held}. The kernel's ephemeral range "
+                                  "(net.ipv4.ip_local_port_range) covers the port; close them, or reserve the "
+                                  f"port for good: sysctl -w {RESERVED}=...,{port}")
+        if not said:
+            progress(f"127.0.0.1:{port} is taken by {len(found)} connection(s) made before the bed reserved it "
+                     f"(their local port, from the kernel's ephemeral range): waiting up to {timeout:.0f} s "
+                     "for them to close")
+            said = True
+        time.sleep(0.5)
+    if said:
+        progress(f"127.0.0.1:{port} is free")

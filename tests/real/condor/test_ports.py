@@ -1,0 +1,171 @@
+"""The bed's fixed ports (ce_k8s.real.condor.ports), judged by this machine's kernel.
+
+What made the CI run at defdfa4 fail: a connection that took a bed's port as its local port keeps
+a daemon from binding it, SO_REUSEADDR or not, while open and through its TIME_WAIT; what the bed
+does about it: reserves the port (the kernel's own answer, shown in a network namespace the test
+makes, where the test may narrow the ephemeral range) and waits for the connections made before.
+The whole bed, with a connection on its port, is in test_condor_reaper.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from ce_k8s.real.condor import ports
+from ce_k8s.real.condor.condorlayout import RealCondorError
+
+
+def _client_on_own_port() -> tuple[socket.socket, socket.socket, socket.socket, int]:
+    """A loopback connection whose client end holds a port, as an ephemeral one would."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.socket()
+    client.bind(("127.0.0.1", 0))
+    client.connect(listener.getsockname())
+    server, _ = listener.accept()
+    return listener, server, client, client.getsockname()[1]
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with an RST (SO_LINGER 0): no TIME_WAIT left behind."""
+    if sock.fileno() == -1:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_connection_on_the_port_keeps_a_daemon_from_binding_it_until_its_time_wait_ends():
+    listener, server, client, port = _client_on_own_port()
+    try:
+        assert not ports._bindable(port)                 # open: EADDRINUSE despite SO_REUSEADDR
+        client.close()                                   # the client closes first: its end waits 60 s
+        server.close()
+        states = {u.state for u in ports.uses(port)}
+        assert "TIME_WAIT" in states or "FIN_WAIT2" in states, states
+        assert not ports._bindable(port)                 # still refused
+    finally:
+        listener.close()
+
+
+def test_the_kernel_gives_no_reserved_port_to_a_connection():
+    """In a network namespace of the test's own: an ephemeral range of two ports, one reserved; the
+    first connection gets the other, the second finds none (EADDRNOTAVAIL)."""
+    script = textwrap.dedent("""
+        import errno, socket, subprocess
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        open("/proc/sys/net/ipv4/ip_local_port_range", "w").write("40000 40001\\n")
+        open("/proc/sys/net/ipv4/ip_local_reserved_ports", "w").write("40000\\n")
+        listener = socket.socket(); listener.bind(("127.0.0.1", 50000)); listener.listen()
+        first = socket.socket(); first.connect(("127.0.0.1", 50000))
+        second = socket.socket()
+        try:
+            second.connect(("127.0.0.1", 50000)); print(first.getsockname()[1], second.getsockname()[1])
+        except OSError as exc:
+            print(first.getsockname()[1], errno.errorcode[exc.errno])
+        """)
+    out = subprocess.run(["unshare", "--net", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["40001", "EADDRNOTAVAIL"]
+
+
+def test_the_bed_waits_for_a_connection_made_before_and_refuses_a_listener():
+    listener, server, client, port = _client_on_own_port()
+    said: list[str] = []
+    waiting = threading.Event()
+    result: list[BaseException | None] = []
+
+    def progress(msg: str) -> None:
+        said.append(msg)
+        waiting.set()
+
+    def wait() -> None:
+        try:
+            ports.wait_free(port, progress=progress, timeout=120)
+            result.append(None)
+        except BaseException as exc:        # handed to the test's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        assert waiting.wait(30), "wait_free said nothing while the port was taken"
+        assert "taken by 1 connection(s) made before" in said[0]
+        assert not result
+        _reset(client)
+        _reset(server)
+        thread.join(30)
+        assert result == [None] and said[-1] == f"127.0.0.1:{port} is free"
+    finally:
+        _reset(client)
+        listener.close()
+        thread.join(30)
+    with socket.socket() as other_bed:
+        other_bed.bind(("127.0.0.1", port))
+        other_bed.listen()
+        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
+            ports.refuse_listeners([port])
+        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
+            ports.wait_free(port, progress=said.append, timeout=60)
+    ports.refuse_listeners([port])
+    ports.wait_free(port, progress=said.append, timeout=0)
+
+
+def test_past_its_time_the_error_names_the_connection_and_its_process():
+    listener, server, client, port = _client_on_own_port()
+    try:
+        with pytest.raises(RealCondorError) as err:
+            ports.wait_free(port, progress=lambda m: None, timeout=0)
+        text = str(err.value)
+        assert f"127.0.0.1:{port} is still taken" in text
+        assert f"ESTABLISHED 127.0.0.1:{port} -> 127.0.0.1:{listener.getsockname()[1]}" in text
+        assert f"pid {os.getpid()} (" in text
+        assert "net.ipv4.ip_local_reserved_ports" in text
+    finally:
+        for sock in (client, server):
+            _reset(sock)
+        listener.close()
+
+
+@pytest.mark.parametrize(("host", "added", "value"), [
+    ("", (19618,), "19618"),
+    ("8080,19000-19700", (19618, 9619), "8080,19000-19700,9619"),
+    ("9619", (19618, 9619, 19643), "9619,19618,19643"),
+])
+def test_the_reservation_adds_the_bed_ports_to_the_host_own(host, added, value):
+    assert ports.with_ports(host, added) == value
+
+
+@pytest.fixture
+def proc(tmp_path) -> Path:
+    path = tmp_path / "proc-sys" / "net" / "ipv4" / "ip_local_reserved_ports"
+    path.parent.mkdir(parents=True)
+    path.write_text("8080\n")
+    return tmp_path / "proc-sys"
+
+
+def test_the_last_bed_down_gives_the_host_value_back(proc, tmp_path):
+    ledger = tmp_path / "ledger.json"
+    first, second = (str(tmp_path / n / "state.json") for n in ("a", "b"))
+    for holder in (first, second):
+        Path(holder).parent.mkdir()
+        Path(holder).touch()
+    assert ports.reserve(first, (19618,), ledger, proc) == "8080"
+    assert ports.reserve(second, (19618, 9619), ledger, proc) == "8080"
+    assert ports.reserved(proc) == "8080,19618,9619"
+    assert ports.release(first, "8080", ledger, proc) == [second]
+    assert ports.reserved(proc) == "8080,19618,9619"
+    assert json.loads(ledger.read_text())["saved"] == {ports.RESERVED: "8080"}
+    assert ports.release(second, "8080", ledger, proc) == []
+    assert ports.reserved(proc) == "8080" and not ledger.exists()
