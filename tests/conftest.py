@@ -12,6 +12,7 @@ already, for this file; it is added here too so the import does not depend on th
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -138,3 +139,38 @@ def real_node_wanted(request) -> bool:
     """Whether this process's session bed (tests/real/conftest.py) gets a real node (`bed_needs_real_node`)."""
     return bed_needs_real_node(getattr(request.config, "workerinput", None), request.config.stash[_CURRENT_TEST],
                                [item.nodeid for item in request.session.items])
+
+
+# ------------------------------------------------------------------------- the beds' fixed ports
+# A real-HTCondor bed reserves its loopback ports from its own `up` (ce_k8s/real/condor/ports.py);
+# a connection or server made earlier in the run keeps its port, and a long-lived one on a bed's
+# port (a watch of the session's Kubernetes bed, made at its start) would refuse every bed after it.
+# So a run that may bring beds up holds them from its first moment, in the controller before any
+# worker starts, and gives them back at its end (or its reaper does, if the run is killed).
+_PORT_HOLD = pytest.StashKey[object]()
+
+
+def may_run_real_tests(args: list[str], cwd: Path) -> bool:
+    """Whether the run's arguments name tests/real or a directory holding it (none: `testpaths`)."""
+    real = TESTS / "real"
+    paths = [Path(cwd, a.split("::", 1)[0]).resolve() for a in args if not a.startswith("-")]
+    return not paths or any(p == real or real in p.parents or p in real.parents for p in paths)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or os.geteuid() != 0 \
+            or not may_run_real_tests(config.args, config.invocation_params.dir):
+        return
+    from ce_k8s.real.condor.ports import PortHold
+    from ce_k8s.real.condor.stockce import StockCE
+
+    hold = PortHold(Path(f"/run/ce-k8s-test-run-ports-{os.getpid()}.json"))
+    hold.hold(StockCE.fixed_ports, owner_pid=os.getpid())
+    config.stash[_PORT_HOLD] = hold
+
+
+def pytest_unconfigure(config):
+    hold = config.stash.get(_PORT_HOLD, None)
+    if hold is not None:
+        hold.release()

@@ -68,3 +68,13 @@ def test_only_the_one_at_a_time_worker_s_bed_gets_a_real_node():
     assert bed_needs_real_node(None, "tests/real/test_watch.py::test_a", selected) is True
     assert bed_needs_real_node({}, "tests/real/test_watch.py::test_a", selected) is True
     assert bed_needs_real_node(None, "tests/real/test_watch.py::test_a", selected[:1]) is False
+
+
+def test_the_run_holds_the_beds_ports_when_it_may_run_real_tests():
+    """tests/conftest.py holds the condor beds' ports for a run that may bring a bed up: its
+    arguments name tests/real, a file or test in it, or a directory above it (none: testpaths)."""
+    may = _SPLIT.may_run_real_tests
+    assert may([], REPO) and may(["tests"], REPO) and may(["-q", "."], REPO)
+    assert may(["tests/real/condor/test_ports.py::test_x"], REPO) and may(["real/node"], REPO / "tests")
+    assert not may(["tests/agent", "tests/sim/test_kubelet.py::test_y"], REPO)
+    assert not may(["test_rooms.py"], REPO / "tests")

@@ -11,6 +11,7 @@ taken down by its owner first leaves nothing to do: the reaper sees `down` remov
 and exits.
 
     python -m ce_k8s.real.reaper --bed kube|condor --state DIR --pid PID
+    python -m ce_k8s.real.reaper --bed ports --state FILE --pid PID     (ce_k8s.real.condor.ports.PortHold)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ce_k8s.real.processes import wait_for_owner_exit
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ce_k8s.real.reaper")
-    parser.add_argument("--bed", choices=("kube", "condor"), required=True)
+    parser.add_argument("--bed", choices=("kube", "condor", "ports"), required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--pid", type=int, required=True)
     args = parser.parse_args(argv)
@@ -31,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"reaper: {msg}", flush=True)
 
+    if args.bed == "ports":
+        from ce_k8s.real.condor.ports import PortHold
+
+        hold = PortHold(args.state)
+        if wait_for_owner_exit(args.pid, hold.state):
+            say(f"owner {args.pid} is gone; releasing the ports it held ({args.state})")
+            hold.release()
+        return 0
     if args.bed == "kube":
         from ce_k8s.real.kube.kube import RealKube
 

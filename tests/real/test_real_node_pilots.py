@@ -64,9 +64,12 @@ def test_a_pilot_s_sandbox_script_runs_and_returns_exit_code_output_and_cpu(bed,
                                                                            real_node_name):
     agent, settings, _ = bed
     script = ('echo "pilot on $CE_K8S_NODE_NAME as $(id -u) in $PWD"; echo "to stderr" >&2; '
-              'end=$(($(date +%s)+2)); while [ $(date +%s) -lt $end ]; do :; done; sleep 12; exit 3')
-    # (12 s after the busy loop: the kubelet's stats of a container refresh on its housekeeping,
-    # about every 10 s, so a read after the loop sees its CPU.)
+              'cpu=0; while [ $cpu -lt 250 ]; do read -r s < /proc/$$/stat; set -- $s; cpu=$((${14}+${15})); done; '
+              'sleep 12; exit 3')
+    # Busy until the shell itself has used 2.5 s of CPU (/proc/PID/stat fields 14 and 15, user and
+    # system, in ticks of 1/100 s), however loaded the machine: a loop timed by the clock, 1 to 2 s
+    # of wall time, got 0.991 s of CPU in the warm CI run at 8fc5f27. Then 12 s: the kubelet's stats
+    # of a container refresh on its housekeeping, about every 10 s, so a read after the loop sees it.
     ad = pilot(settings, pilot_namespace, script)
     until(agent, ad, lambda a: a.get("JobStatus") == 2, "the pilot running")
     assert ad["K8sNodeName"] == real_node_name

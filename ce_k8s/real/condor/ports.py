@@ -20,8 +20,11 @@ another bed, refused at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -71,6 +74,51 @@ def reserved(proc: Path = PROC_SYS) -> str:
     return read_sysctls((RESERVED,), proc)[RESERVED]
 
 
+def holders(ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> list[str]:
+    """Who holds the reservation now: beds' state files, `PortHold`s' files."""
+    return SysctlLedger(ledger, proc, (RESERVED,)).holders()
+
+
+class PortHold:
+    """Ports reserved for as long as one process lives, bed or no bed: the test run's
+    (tests/conftest.py). A bed reserves its ports only from its own `up`, and the connections and
+    servers made before stay: a long-lived one on a bed's port (a watch of the session's Kubernetes
+    bed, made at its start) would refuse every bed of the run. Held from the run's first moment, no
+    connection or server of the run takes one. The holder in the ledger is the hold's state file
+    (`state`); a reaper (`python -m ce_k8s.real.reaper --bed ports`) releases it if its owner dies
+    without `release` (a CI time-out's SIGTERM, which runs no teardown)."""
+
+    def __init__(self, state: Path | str, ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> None:
+        self.state = Path(state)
+        self.ledger = Path(ledger)
+        self.proc = proc
+
+    def hold(self, ports: Iterable[int], owner_pid: int) -> None:
+        # the state file first: a holder whose file is missing is stale to the ledger
+        self.state.write_text(json.dumps({"ledger": str(self.ledger), "saved": None, "reaper_pid": 0}))
+        saved = reserve(str(self.state), ports, self.ledger, self.proc)
+        reaper = subprocess.Popen([sys.executable, "-m", "ce_k8s.real.reaper", "--bed", "ports",
+                                   "--state", str(self.state), "--pid", str(owner_pid)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.state.write_text(json.dumps({"ledger": str(self.ledger), "saved": saved, "reaper_pid": reaper.pid}))
+
+    def release(self) -> list[str]:
+        """Give the ports back (the last holder writes the host's value back); returns the other
+        holders. Nothing to do when the hold is gone."""
+        try:
+            data = json.loads(self.state.read_text())
+        except (OSError, ValueError):
+            return []
+        others = release(str(self.state), data["saved"] or "", Path(data["ledger"]), self.proc) \
+            if data["saved"] is not None else []
+        self.state.unlink(missing_ok=True)
+        if data["reaper_pid"] and data["reaper_pid"] != os.getpid():
+            from ce_k8s.real.processes import terminate
+
+            terminate(data["reaper_pid"], timeout=5)
+        return others
+
+
 @dataclass(frozen=True)
 class PortUse:
     """One socket on the port, as /proc/net/tcp{,6} lists it."""
@@ -80,8 +128,9 @@ class PortUse:
     remote: str
     inode: int
 
-    def describe(self, owners: dict[int, str]) -> str:
-        who = owners.get(self.inode) or ("no process: the kernel keeps it" if self.inode == 0 else "a process")
+    def describe(self, owners: dict[int, Owner]) -> str:
+        owner = owners.get(self.inode)
+        who = str(owner) if owner else "no process: the kernel keeps it" if self.inode == 0 else "a process"
         return f"{self.state} {self.local} -> {self.remote} ({who})"
 
 
@@ -108,10 +157,27 @@ def uses(port: int, proc_net: Path = Path("/proc/net")) -> list[PortUse]:
     return found
 
 
-def owners(inodes: set[int], proc: Path = Path("/proc")) -> dict[int, str]:
-    """'pid N (comm)' of the processes holding the sockets `inodes`, for the error message."""
+@dataclass(frozen=True)
+class Owner:
+    """A process holding a socket on the port."""
+
+    pid: int
+    comm: str
+    cmdline: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.comm})"
+
+    @property
+    def of_a_bed(self) -> bool:
+        """A real-HTCondor bed's daemon (condor_*) or its SciTokens issuer."""
+        return self.comm.startswith("condor_") or "ce_k8s.real.condor.issuer" in self.cmdline
+
+
+def owners(inodes: set[int], proc: Path = Path("/proc")) -> dict[int, Owner]:
+    """The processes holding the sockets `inodes`, for the error messages."""
     wanted = {f"socket:[{i}]": i for i in inodes if i}
-    found: dict[int, str] = {}
+    found: dict[int, Owner] = {}
     if not wanted:
         return found
     for pid in (p for p in os.listdir(proc) if p.isdigit()):
@@ -119,8 +185,8 @@ def owners(inodes: set[int], proc: Path = Path("/proc")) -> dict[int, str]:
             for fd in os.listdir(proc / pid / "fd"):
                 inode = wanted.get(os.readlink(proc / pid / "fd" / fd))
                 if inode is not None and inode not in found:
-                    comm = (proc / pid / "comm").read_text().strip()
-                    found[inode] = f"pid {pid} ({comm})"
+                    cmdline = (proc / pid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found[inode] = Owner(int(pid), (proc / pid / "comm").read_text().strip(), cmdline)
     return found
 
 
@@ -134,10 +200,19 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _another_bed(port: int) -> RealCondorError:
-    return RealCondorError(f"127.0.0.1:{port} is in use (a listener): another real-HTCondor bed (or a collector) "
-                           "is running; one bed per machine at a time, `ce-k8s testbed real-condor status "
-                           "--state DIR` finds it")
+def _another_bed(port: int, found: list[PortUse]) -> RealCondorError:
+    """A listener on the port: another bed's daemon, or a process that took the port for its own
+    server before any bed reserved it (a `bind` to port 0); the message names which."""
+    names = owners({u.inode for u in found if u.state == "LISTEN"}).values()
+    who = ", ".join(sorted({str(o) for o in names})) or "a process this user cannot see"
+    if not names or any(o.of_a_bed for o in names):
+        return RealCondorError(f"127.0.0.1:{port} is in use (listened on by {who}): another real-HTCondor bed "
+                               "(or a collector) is running; one bed per machine at a time, `ce-k8s testbed "
+                               "real-condor status --state DIR` finds it")
+    return RealCondorError(f"127.0.0.1:{port} is in use (listened on by {who}), which a bed needs: that server "
+                           "was given the port before any bed reserved it (the kernel's ephemeral range, "
+                           f"net.ipv4.ip_local_port_range, covers it); restart it, or reserve the port for good: "
+                           f"sysctl -w {RESERVED}=...,{port}")
 
 
 def listened_on(port: int, proc_net: Path = Path("/proc/net")) -> bool:
@@ -150,8 +225,9 @@ def refuse_listeners(ports: Iterable[int], proc_net: Path = Path("/proc/net")) -
     one's, and its `down` would unmount and kill them (seen when another session brought a bed up
     on a copy of the root). A listener on a bed's port is such a bed."""
     for port in ports:
-        if listened_on(port, proc_net):
-            raise _another_bed(port)
+        found = uses(port, proc_net)
+        if any(u.state == "LISTEN" for u in found):
+            raise _another_bed(port, found)
 
 
 def wait_free(port: int, progress: Callable[[str], None] = print, timeout: float = EARLIER_CONNECTIONS_S,
@@ -164,7 +240,7 @@ def wait_free(port: int, progress: Callable[[str], None] = print, timeout: float
     while not _bindable(port):
         found = uses(port, proc_net)
         if any(u.state == "LISTEN" for u in found):
-            raise _another_bed(port)
+            raise _another_bed(port, found)
         if time.monotonic() >= deadline:
             names = owners({u.inode for u in found})
             held = "; ".join(u.describe(names) for u in found) or "no socket listed in /proc/net/tcp{,6}"

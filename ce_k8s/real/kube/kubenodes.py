@@ -39,10 +39,29 @@ SPARE = "spare"
 SPARE_NODE = f"{SPARE}:1x16c64g:taint=ce-k8s.test/spare:NoSchedule"
 
 
+#: The real-HTCondor bed's fixed ports (`fixed_ports` in ce_k8s.real.condor; tests/real/condor/test_ports.py
+#: keeps the two equal). These machines' ephemeral range covers them, so a `bind` to port 0 may give
+#: one while no condor bed has it reserved, and a component of ours listening there would keep a
+#: condor bed from coming up beside this one for the bed's whole life.
+CONDOR_BED_PORTS = frozenset({19618, 9619, 19643})
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port for a component to listen on: the kernel's choice, never a condor bed's (one it gives
+    stays bound until another comes, so it cannot be given again)."""
+    refused: list[socket.socket] = []
+    try:
+        while True:
+            s = socket.socket()
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in CONDOR_BED_PORTS:
+                s.close()
+                return port
+            refused.append(s)
+    finally:
+        for s in refused:
+            s.close()
 
 
 class KubeNodes:

@@ -24,7 +24,7 @@ import polling
 import pytest
 
 from ce_k8s.real.condor import ports
-from ce_k8s.real.condor.condor import COLLECTOR_PORT, RealCondor, _processes_in
+from ce_k8s.real.condor.condor import COLLECTOR_PORT, RealCondor, RealCondorError, _processes_in
 from ce_k8s.real.processes import alive
 
 pytestmark = pytest.mark.slow
@@ -42,8 +42,8 @@ def _bound(sock: socket.socket, port: int) -> bool:
 def test_a_bed_waits_for_a_connection_on_its_port_and_its_owner_takes_it_down_with_its_reaper():
     """A connection that took the collector's port before the bed came up (the CI run at defdfa4:
     an ephemeral port of some other connection) is waited for, not taken for another bed; then the
-    usual end: the owner's own `down` gives the reservation back, and the reaper, with nothing left
-    to do, is gone with it."""
+    usual end: a second bed is refused, its state untouched; the owner's own `down` gives the
+    reservation back, and the reaper, with nothing left to do, is gone with it."""
     if os.geteuid() != 0:
         pytest.fail("the real-HTCondor tests need root (CI runs as root); see docs/real-condor.md")
     state = Path("/var/tmp") / f"ce-k8s-real-condor-owned-{os.getpid()}"
@@ -75,9 +75,13 @@ def test_a_bed_waits_for_a_connection_on_its_port_and_its_owner_takes_it_down_wi
         assert bed.status().get("up"), said
         reaper = int(json.loads(bed.state_file.read_text())["reaper_pid"])
         assert alive(reaper)
+        second = RealCondor(Path(f"{state}-second"))
+        with pytest.raises(RealCondorError, match=r"listened on by pid \d+ \(condor_collecto.*another real-HTCondor"):
+            second.up(poll=2, progress=lambda m: None)       # refused before it touches anything
+        assert not second.state_dir.exists()
         bed.down(progress=lambda m: None)
         assert not alive(reaper) and not _processes_in(bed.root)
-        assert ports.reserved() == host_ports and not ports.PORT_LEDGER.exists()
+        assert ports.reserved() == host_ports and str(bed.state_file) not in ports.holders()
     finally:
         early.close()
         listener.close()
@@ -116,7 +120,8 @@ def test_a_bed_whose_owner_is_killed_is_taken_down_by_its_reaper():
         assert not _processes_in(bed.root), "the reaper's down left processes in the root"
         assert not [m for m in open("/proc/self/mounts").read().split("\n") if f" {bed.root}/" in m]
         assert "taking the bed in" in (state / "reaper.log").read_text()
-        assert ports.reserved() == host_ports and not ports.PORT_LEDGER.exists()   # the machine's value back
+        assert ports.reserved() == host_ports                     # the machine's value (or the run's hold) back
+        assert str(bed.state_file) not in ports.holders()
     finally:
         owner.kill()
         owner.wait()

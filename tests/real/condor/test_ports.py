@@ -20,9 +20,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from ce_k8s.real.condor import ports
 from ce_k8s.real.condor.condorlayout import RealCondorError
+from ce_k8s.real.processes import alive
 
 
 def _client_on_own_port() -> tuple[socket.socket, socket.socket, socket.socket, int]:
@@ -81,6 +83,7 @@ def test_the_kernel_gives_no_reserved_port_to_a_connection():
 
 
 def test_the_bed_waits_for_a_connection_made_before_and_refuses_a_listener():
+    """(Another bed's listener, named as such, is in test_condor_reaper.py.)"""
     listener, server, client, port = _client_on_own_port()
     said: list[str] = []
     waiting = threading.Event()
@@ -111,12 +114,13 @@ def test_the_bed_waits_for_a_connection_made_before_and_refuses_a_listener():
         _reset(client)
         listener.close()
         thread.join(30)
-    with socket.socket() as other_bed:
-        other_bed.bind(("127.0.0.1", port))
-        other_bed.listen()
-        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
+    with socket.socket() as server_of_its_own:   # given the port by a bind to port 0, say; not a bed
+        server_of_its_own.bind(("127.0.0.1", port))
+        server_of_its_own.listen()
+        refused = rf"listened on by pid {os.getpid()} \(.*\)\), which a bed needs: .* before any bed reserved it"
+        with pytest.raises(RealCondorError, match=refused):
             ports.refuse_listeners([port])
-        with pytest.raises(RealCondorError, match="another real-HTCondor bed"):
+        with pytest.raises(RealCondorError, match=refused):
             ports.wait_free(port, progress=said.append, timeout=60)
     ports.refuse_listeners([port])
     ports.wait_free(port, progress=said.append, timeout=0)
@@ -169,3 +173,79 @@ def test_the_last_bed_down_gives_the_host_value_back(proc, tmp_path):
     assert json.loads(ledger.read_text())["saved"] == {ports.RESERVED: "8080"}
     assert ports.release(second, "8080", ledger, proc) == []
     assert ports.reserved(proc) == "8080" and not ledger.exists()
+
+
+def test_a_kube_bed_never_listens_on_a_condor_bed_port():
+    """The kube bed's components take ports by a bind to port 0 before any condor bed reserves its
+    own. In a network namespace whose range is 9618-9622, the kernel's `bind` to port 0 gives the
+    ports of the other parity than the range's start (9619, 9621; its `connect` takes 9618, 9620,
+    9622); `free_port` gives 9621 only."""
+    script = textwrap.dedent("""
+        import socket, subprocess
+        from ce_k8s.real.kube.kubenodes import free_port
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        open("/proc/sys/net/ipv4/ip_local_port_range", "w").write("9618 9622\\n")
+        def kernel():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return s.getsockname()[1]
+        print(sorted({kernel() for _ in range(64)}), sorted({free_port() for _ in range(64)}))
+        """)
+    out = subprocess.run(["unshare", "--net", sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[3])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[9619, 9621] [9621]"
+
+
+def test_the_kube_bed_knows_every_condor_bed_port():
+    from ce_k8s.real.condor.condor import RealCondor
+    from ce_k8s.real.condor.stockce import StockCE
+    from ce_k8s.real.kube.kubenodes import CONDOR_BED_PORTS
+
+    assert CONDOR_BED_PORTS == set(RealCondor.fixed_ports) | set(StockCE.fixed_ports)
+
+
+def _unreserved_port() -> int:
+    """A port no reservation covers: the kernel's `bind` to port 0 never gives a reserved one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_hold_is_given_back_by_its_owner_or_by_its_reaper_when_the_owner_is_killed(tmp_path):
+    """The test run's hold (tests/conftest.py) on the real sysctl, with a ledger of the test's own:
+    its `release` gives the value back and stops its reaper; an owner killed with SIGKILL (no
+    teardown) leaves it to the reaper, which gives the value back and removes the hold's file."""
+    ledger = tmp_path / "ledger.json"
+    before = ports.reserved()
+    port = _unreserved_port()
+    hold = ports.PortHold(tmp_path / "hold.json", ledger)
+    hold.hold([port], owner_pid=os.getpid())
+    reaper = json.loads(hold.state.read_text())["reaper_pid"]
+    assert str(port) in ports.reserved().split(",") and ports.holders(ledger) == [str(hold.state)]
+    assert hold.release() == []
+    assert ports.reserved() == before and not ledger.exists() and not hold.state.exists()
+    assert not alive(reaper)
+
+    port = _unreserved_port()
+    state = tmp_path / "killed.json"
+    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, time
+        from pathlib import Path
+        from ce_k8s.real.condor.ports import PortHold
+        PortHold(Path({str(state)!r}), Path({str(ledger)!r})).hold([{port}], owner_pid=os.getpid())
+        print("held", flush=True)
+        time.sleep(3600)
+        """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
+    try:
+        assert owner.stdout.readline().strip() == "held"
+        assert str(port) in ports.reserved().split(",")
+        owner.kill()
+        owner.wait()
+        wait_for(lambda: not state.exists() and not ledger.exists(), timeout=60, interval=0.2,
+                 what="the reaper to release the killed owner's hold")
+        assert ports.reserved() == before
+    finally:
+        owner.kill()
+        owner.wait()
+        ports.PortHold(state, ledger).release()
