@@ -14,7 +14,12 @@ kernel's ip-sysctl documentation). The setting is the machine's (its network nam
 goes through a ledger of its own (ce_k8s.real.sysctls): the last bed down writes the host's own
 value back, whatever order beds come and go in. A connection that took a port before the
 reservation is waited for, a minute at most (its TIME_WAIT ends by then); a listener on a port is
-another bed, refused at once.
+refused at once, named: another bed's daemon, or a server the kernel gave the port to.
+
+A bed's reservation starts at its `up`, too late for a long-lived connection made before (a watch
+of a Kubernetes bed up beside it), so a test run holds the ports from its first moment
+(`PortHold`), and the Kubernetes bed's components never take one (ce_k8s.real.kube.kubenodes
+`free_port`).
 """
 
 from __future__ import annotations
