@@ -25,7 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 KUBELET_SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
@@ -76,16 +76,20 @@ class SysctlLedger:
         finally:
             os.close(lock)          # the lock goes with the descriptor
 
-    def hold(self, holder: str) -> dict[str, str]:
+    def hold(self, holder: str, change: Callable[[], None] | None = None) -> dict[str, str]:
         """`holder` (a bed's state file) is about to change the settings. Returns the host's own values:
         read now when there is no ledger, else the ones its first holder saved (also when every
-        holder left is stale: that bed changed them and nobody gave them back)."""
+        holder left is stale: that bed changed them and nobody gave them back). `change`, when the
+        bed makes the change itself (a read, then a write), runs under the lock once the bed is
+        recorded, so two beds' changes never interleave (a kubelet makes its own, later)."""
         with self._book() as book:
             self._drop_stale(book, keep=holder)
             if not book["saved"]:
                 book["saved"] = read_sysctls(self.names, self.proc)
             if holder not in book["holders"]:
                 book["holders"].append(holder)
+            if change is not None:
+                change()
             return dict(book["saved"])
 
     def release(self, holder: str, own: dict[str, str]) -> list[str]:

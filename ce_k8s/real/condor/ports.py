@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ce_k8s.real.condor.condorlayout import RealCondorError
+from ce_k8s.real.processes import terminate
 from ce_k8s.real.sysctls import PROC_SYS, SysctlLedger, read_sysctls, write_sysctls
 
 RESERVED = "net.ipv4.ip_local_reserved_ports"
@@ -64,10 +65,11 @@ def with_ports(value: str, ports: Iterable[int]) -> str:
 def reserve(holder: str, ports: Iterable[int], ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> str:
     """Reserve `ports` for `holder` (a bed's state file). Returns the host's own value, which the
     bed keeps in its state for a `release` that finds no ledger (after a reboot)."""
-    saved = SysctlLedger(ledger, proc, (RESERVED,)).hold(holder)[RESERVED]
-    current = read_sysctls((RESERVED,), proc)[RESERVED]
-    write_sysctls({RESERVED: with_ports(current, ports)}, proc)
-    return saved
+    def add() -> None:          # under the ledger's lock: another bed's read-and-write never interleaves
+        current = read_sysctls((RESERVED,), proc)[RESERVED]
+        write_sysctls({RESERVED: with_ports(current, ports)}, proc)
+
+    return SysctlLedger(ledger, proc, (RESERVED,)).hold(holder, add)[RESERVED]
 
 
 def release(holder: str, own: str, ledger: Path = PORT_LEDGER, proc: Path = PROC_SYS) -> list[str]:
@@ -99,13 +101,23 @@ class PortHold:
         self.proc = proc
 
     def hold(self, ports: Iterable[int], owner_pid: int) -> None:
+        """Reserve `ports` until `release`, or until `owner_pid` dies; a hold that fails to start
+        gives back what it took (its reservation, its state file)."""
         # the state file first: a holder whose file is missing is stale to the ledger
-        self.state.write_text(json.dumps({"ledger": str(self.ledger), "saved": None, "reaper_pid": 0}))
-        saved = reserve(str(self.state), ports, self.ledger, self.proc)
-        reaper = subprocess.Popen([sys.executable, "-m", "ce_k8s.real.reaper", "--bed", "ports",
-                                   "--state", str(self.state), "--pid", str(owner_pid)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        self.state.write_text(json.dumps({"ledger": str(self.ledger), "saved": saved, "reaper_pid": reaper.pid}))
+        self._save(saved=None, reaper_pid=0)
+        try:
+            saved = reserve(str(self.state), ports, self.ledger, self.proc)
+            self._save(saved=saved, reaper_pid=0)
+            reaper = subprocess.Popen([sys.executable, "-m", "ce_k8s.real.reaper", "--bed", "ports",
+                                       "--state", str(self.state), "--pid", str(owner_pid)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            self._save(saved=saved, reaper_pid=reaper.pid)
+        except BaseException:
+            self.release()
+            raise
+
+    def _save(self, saved: str | None, reaper_pid: int) -> None:
+        self.state.write_text(json.dumps({"ledger": str(self.ledger), "saved": saved, "reaper_pid": reaper_pid}))
 
     def release(self) -> list[str]:
         """Give the ports back (the last holder writes the host's value back); returns the other
@@ -118,8 +130,6 @@ class PortHold:
             if data["saved"] is not None else []
         self.state.unlink(missing_ok=True)
         if data["reaper_pid"] and data["reaper_pid"] != os.getpid():
-            from ce_k8s.real.processes import terminate
-
             terminate(data["reaper_pid"], timeout=5)
         return others
 

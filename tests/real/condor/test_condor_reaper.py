@@ -72,7 +72,9 @@ def test_a_bed_waits_for_a_connection_on_its_port_and_its_owner_takes_it_down_wi
         early.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         early.close()                                               # an RST: no TIME_WAIT left
         up.join(300)
-        assert bed.status().get("up"), said
+        status = bed.status()
+        assert status.get("up"), said
+        assert str(COLLECTOR_PORT) in status["reserved_ports"].split(",")    # what `status` shows
         reaper = int(json.loads(bed.state_file.read_text())["reaper_pid"])
         assert alive(reaper)
         second = RealCondor(Path(f"{state}-second"))

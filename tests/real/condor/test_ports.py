@@ -205,6 +205,27 @@ def test_the_kube_bed_knows_every_condor_bed_port():
     assert CONDOR_BED_PORTS == set(RealCondor.fixed_ports) | set(StockCE.fixed_ports)
 
 
+def test_beds_reserving_at_once_lose_no_port(proc, tmp_path):
+    """Twelve processes reserve a port each at once: each one's read and write of the sysctl is
+    under the ledger's lock, so none writes over another's port."""
+    ledger = tmp_path / "ledger.json"
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from ce_k8s.real.condor import ports
+        Path(sys.argv[1]).parent.mkdir()
+        Path(sys.argv[1]).touch()
+        ports.reserve(sys.argv[1], [int(sys.argv[2])], Path({str(ledger)!r}), Path({str(proc)!r}))
+        """)
+    wanted = [str(20000 + i) for i in range(12)]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / f"bed{i}" / "state.json"), port])
+             for i, port in enumerate(wanted)]
+    assert [p.wait() for p in procs] == [0] * 12
+    got = ports.reserved(proc).split(",")
+    assert got[0] == "8080" and sorted(got[1:]) == wanted
+    assert len(ports.holders(ledger, proc)) == 12
+
+
 def _unreserved_port() -> int:
     """A port no reservation covers: the kernel's `bind` to port 0 never gives a reserved one."""
     with socket.socket() as sock:
@@ -249,3 +270,24 @@ def test_a_hold_is_given_back_by_its_owner_or_by_its_reaper_when_the_owner_is_ki
         owner.kill()
         owner.wait()
         ports.PortHold(state, ledger).release()
+
+
+def test_a_hold_that_fails_to_start_leaves_nothing(tmp_path):
+    """The sysctl cannot be read (a /proc/sys without it): the error stands, and neither the hold's
+    state file nor a ledger is left behind (the hold's file lives in /run in a test run)."""
+    hold = ports.PortHold(tmp_path / "hold.json", tmp_path / "ledger.json", proc=tmp_path / "no-proc-sys")
+    with pytest.raises(FileNotFoundError):
+        hold.hold([19618], owner_pid=os.getpid())
+    assert not hold.state.exists() and not (tmp_path / "ledger.json").exists()
+
+
+def test_this_run_holds_the_beds_ports_from_its_start():
+    """tests/conftest.py: a run that reaches tests/real holds every condor bed's port for its whole
+    life, by a hold file in /run (as root, which the real tests need and CI is)."""
+    from ce_k8s.real.condor.stockce import StockCE
+
+    if os.geteuid() != 0:
+        pytest.fail("the real tests need root (CI runs as root)")
+    runs = [h for h in ports.holders() if Path(h).name.startswith("ce-k8s-test-run-ports-")]
+    assert runs and all(Path(h).exists() for h in runs), ports.holders()
+    assert {str(p) for p in StockCE.fixed_ports} <= set(ports.reserved().split(","))
